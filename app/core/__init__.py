@@ -1,0 +1,1 @@
+"""Plain data shared by every layer: events, setups, metrics, errors (stdlib only)."""

@@ -1,0 +1,123 @@
+"""Events that flow from the speculative loop (through the worker) to every display.
+
+Only these immutable, picklable snapshots cross threads and processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "TargetKind",
+    "StepEvent",
+    "Progress",
+    "LaneStarted",
+    "RunDone",
+    "RunError",
+    "LogEvent",
+    "Event",
+]
+
+TargetKind = Literal["correction", "bonus", "baseline", "reference"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """One step of one lane: a target forward pass verifying a draft.
+
+    Attributes:
+        lane_id: the lane this step belongs to.
+        step: 0-based step index within the lane.
+        drafted_ids: draft tokens proposed this step (k_t of them).
+        accepted_count: a_t, the leading drafted tokens the target kept.
+        target_id: the token the target itself emitted (correction or bonus); None when the step
+            ended at an accepted EOS or at the token limit before the target token.
+        target_kind: "correction" (a_t < k_t), "bonus" (all accepted), "baseline" (nothing drafted),
+            "reference" (a reference lane: tokens only, drafting unknown).
+        t_draft_s, t_verify_s, t_wall_s: drafting time, verification time, whole step time (seconds).
+        pieces: decoded text of each emitted token (accepted drafts then target token), multi-byte safe:
+            a token that completes no character has an empty piece.
+        rejected_pieces: decoded text of each rejected draft token (display only).
+        draft_probs: q(d_i) for each drafted token, when known.
+        target_probs: p(d_i) for each drafted token, then p(target token), when known.
+        t_s: seconds since the lane's decode started, at the end of this step (lane clock).
+        emitted_ids: ids emitted this step (a_t accepted drafts + target token, possibly truncated).
+    """
+
+    lane_id: str
+    step: int
+    drafted_ids: tuple[int, ...]
+    accepted_count: int
+    target_id: int | None
+    target_kind: TargetKind
+    t_draft_s: float
+    t_verify_s: float
+    t_wall_s: float
+    emitted_ids: tuple[int, ...] = ()
+    pieces: tuple[str, ...] = ()
+    rejected_pieces: tuple[str, ...] = ()
+    draft_probs: tuple[float, ...] | None = None
+    target_probs: tuple[float, ...] | None = None
+    t_s: float = 0.0
+
+    @property
+    def rejected_ids(self) -> tuple[int, ...]:
+        return self.drafted_ids[self.accepted_count :]
+
+    @property
+    def accepted_ids(self) -> tuple[int, ...]:
+        return self.drafted_ids[: self.accepted_count]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Long work (conversion, weight loading, benchmark) advancing: `done` of `total` (total 0 = unknown)."""
+
+    task: str
+    done: float
+    total: float
+    unit: str = ""
+    lane_id: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LaneStarted:
+    """A lane begins decoding; `prompt_ids` is what the target sees."""
+
+    lane_id: str
+    setup: str
+    prompt_id: str
+    repeat: int
+    prompt_ids: tuple[int, ...]
+    prompt_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunDone:
+    """A lane finished; `stats` is the LaneStats of app.core.metrics."""
+
+    lane_id: str
+    stats: object
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """A lane (or the whole run when lane_id is None) failed; `message` says what and how to fix it."""
+
+    lane_id: str | None
+    message: str
+    kind: str = "error"
+    details: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    level: str
+    message: str
+    extra: dict = field(default_factory=dict)
+
+
+Event = StepEvent | Progress | LaneStarted | RunDone | RunError | LogEvent

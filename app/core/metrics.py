@@ -1,0 +1,284 @@
+"""Statistics of lanes and runs: α, τ, per-position acceptance, throughput, TTFT, speedups.
+
+Plain data (stdlib only). The CLI table, the JSON export and the GUI all read these objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from app.core.events import StepEvent
+
+__all__ = [
+    "LaneStats",
+    "LaneAccumulator",
+    "SetupSummary",
+    "theoretical_speedup",
+    "summarize",
+    "first_divergence",
+]
+
+
+def theoretical_speedup(alpha: float, k: float, c: float) -> float:
+    """Expected speedup of speculative decoding (Leviathan et al. 2023, eq. for walltime improvement).
+
+    Args:
+        alpha: acceptance rate α in [0, 1].
+        k: draft tokens per step (mean when it varies).
+        c: draft step time / target step time.
+
+    Returns:
+        (1 − α^(k+1)) / ((1 − α)(k·c + 1)); with α = 1 the limit (k + 1) / (k·c + 1).
+    """
+    if k <= 0:
+        return 1.0
+    if not (0.0 <= alpha <= 1.0) or math.isnan(alpha):
+        return float("nan")
+    denom = k * c + 1.0
+    if alpha >= 1.0 - 1e-12:
+        return (k + 1.0) / denom
+    return (1.0 - alpha ** (k + 1.0)) / ((1.0 - alpha) * denom)
+
+
+@dataclass(frozen=True)
+class LaneStats:
+    """Everything measured for one lane (one setup on one prompt, one repeat).
+
+    Times are in seconds. `wall_s` is the decode time (prefill excluded: it is reported as part of
+    `ttft_s`, the time from the start of the lane to its first emitted token).
+    """
+
+    setup: str
+    prompt_id: str
+    repeat: int
+    new_tokens: int
+    wall_s: float
+    ttft_s: float
+    prefill_s: float
+    steps: int
+    drafted: int
+    accepted: int
+    draft_forwards: int
+    t_draft_s: float
+    t_verify_s: float
+    output_ids: tuple[int, ...]
+    output_text: str
+    per_position_drafted: tuple[int, ...] = ()
+    per_position_accepted: tuple[int, ...] = ()
+    stop_reason: str = "length"
+    identical_to_baseline: bool | None = None
+    first_divergence: int | None = None
+    speedup: float | None = None
+    reference: bool = False
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """α = Σ accepted / Σ drafted; None when nothing was drafted (baseline, reference)."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_len(self) -> float | None:
+        """τ = tokens emitted / steps (the target token included)."""
+        return self.new_tokens / self.steps if self.steps else None
+
+    @property
+    def per_position_acceptance(self) -> tuple[float, ...]:
+        """Fraction of steps that drafted position i (1-based i = index + 1) whose draft was accepted."""
+        return tuple(a / d if d else float("nan") for a, d in zip(self.per_position_accepted, self.per_position_drafted))
+
+    @property
+    def mean_k(self) -> float:
+        return self.drafted / self.decode_steps if self.decode_steps else 0.0
+
+    @property
+    def draft_step_s(self) -> float:
+        """Mean time of one draft forward (0 for drafters without a model)."""
+        return self.t_draft_s / self.draft_forwards if self.draft_forwards else (self.t_draft_s / self.steps if self.steps else 0.0)
+
+    @property
+    def decode_steps(self) -> int:
+        """Steps after the prefill (the prefill forward yields the first token and counts as step 0)."""
+        return max(0, self.steps - 1)
+
+    @property
+    def verify_step_s(self) -> float:
+        """Mean target forward time of a decode step."""
+        return self.t_verify_s / self.decode_steps if self.decode_steps else float("nan")
+
+    @property
+    def overhead_s(self) -> float:
+        """Generation time spent neither in prefill, drafting nor verifying (bookkeeping, detokenising)."""
+        return max(0.0, self.wall_s - self.prefill_s - self.t_draft_s - self.t_verify_s)
+
+    def with_baseline(self, baseline: LaneStats) -> LaneStats:
+        """Fill in `identical_to_baseline`, `first_divergence` and `speedup` against a baseline lane."""
+        div = first_divergence(self.output_ids, baseline.output_ids)
+        sp = baseline.wall_s / self.wall_s if self.wall_s > 0 else None
+        return replace(self, identical_to_baseline=div is None, first_divergence=div, speedup=sp)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["output_ids"] = list(self.output_ids)
+        d["per_position_drafted"] = list(self.per_position_drafted)
+        d["per_position_accepted"] = list(self.per_position_accepted)
+        d["tokens_per_s"] = self.tokens_per_s
+        d["acceptance_rate"] = self.acceptance_rate
+        d["mean_accepted_len"] = self.mean_accepted_len
+        d["per_position_acceptance"] = [None if math.isnan(x) else x for x in self.per_position_acceptance]
+        return d
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """0-based index of the first differing token, or None when the sequences are identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
+
+
+@dataclass
+class LaneAccumulator:
+    """Folds StepEvents into running counts (used by the loop for final stats and by the GUI live header)."""
+
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    new_tokens: int = 0
+    t_draft_s: float = 0.0
+    t_verify_s: float = 0.0
+    t_wall_s: float = 0.0
+    per_position_drafted: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+
+    def add(self, ev: StepEvent) -> None:
+        self.steps += 1
+        k = len(ev.drafted_ids)
+        self.drafted += k
+        self.accepted += ev.accepted_count
+        self.new_tokens += len(ev.emitted_ids)
+        self.t_draft_s += ev.t_draft_s
+        self.t_verify_s += ev.t_verify_s
+        self.t_wall_s += ev.t_wall_s
+        while len(self.per_position_drafted) < k:
+            self.per_position_drafted.append(0)
+            self.per_position_accepted.append(0)
+        for i in range(k):
+            self.per_position_drafted[i] += 1
+            if i < ev.accepted_count:
+                self.per_position_accepted[i] += 1
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_len(self) -> float | None:
+        return self.new_tokens / self.steps if self.steps else None
+
+
+@dataclass(frozen=True)
+class SetupSummary:
+    """One setup over all prompts and repeats of a run."""
+
+    setup: str
+    runs: int
+    new_tokens: int
+    wall_s: float
+    tokens_per_s: float
+    speedup: float | None
+    acceptance_rate: float | None
+    mean_accepted_len: float | None
+    theoretical_speedup: float | None
+    identical_runs: int
+    c: float | None
+    mean_k: float
+    draft_share: float
+    verify_share: float
+    prefill_share: float
+    overhead_share: float
+    ttft_s: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _mean(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> list[SetupSummary]:
+    """Pool runs per setup, in first-seen order.
+
+    speedup = Σ baseline wall / Σ setup wall over the prompts and repeats both ran (same run, same
+    prompts). α and τ are pooled (Σa/Σk, Σtokens/Σsteps). c = mean draft forward time / mean baseline
+    target step time, both measured in this run.
+    """
+    order: list[str] = []
+    by: dict[str, list[LaneStats]] = {}
+    for r in runs:
+        if r.setup not in by:
+            order.append(r.setup)
+            by[r.setup] = []
+        by[r.setup].append(r)
+    base = {(r.prompt_id, r.repeat): r for r in by.get(baseline_setup, [])}
+    base_step = None
+    if base:
+        bs = sum(r.decode_steps for r in base.values())
+        base_step = sum(r.t_verify_s for r in base.values()) / bs if bs else None
+    out = []
+    for name in order:
+        rs = by[name]
+        wall = sum(r.wall_s for r in rs)
+        toks = sum(r.new_tokens for r in rs)
+        steps = sum(r.steps for r in rs)
+        drafted = sum(r.drafted for r in rs)
+        accepted = sum(r.accepted for r in rs)
+        paired = [(r, base[(r.prompt_id, r.repeat)]) for r in rs if (r.prompt_id, r.repeat) in base]
+        speedup = (sum(b.wall_s for _, b in paired) / sum(r.wall_s for r, _ in paired)) if paired else None
+        alpha = accepted / drafted if drafted else None
+        dsteps = sum(r.decode_steps for r in rs)
+        mean_k = drafted / dsteps if dsteps else 0.0
+        fwd = sum(r.draft_forwards for r in rs)
+        c = None
+        if base_step and drafted:
+            # model drafters: per forward; others (n-gram): per drafted token
+            c = sum(r.t_draft_s for r in rs) / (fwd or drafted) / base_step
+        theo = None
+        if alpha is not None and c is not None:
+            theo = theoretical_speedup(alpha, mean_k, c)
+        elif name == baseline_setup:
+            theo = 1.0
+        td = sum(r.t_draft_s for r in rs)
+        tv = sum(r.t_verify_s for r in rs)
+        tp = sum(r.prefill_s for r in rs)
+        out.append(
+            SetupSummary(
+                setup=name,
+                runs=len(rs),
+                new_tokens=toks,
+                wall_s=wall,
+                tokens_per_s=toks / wall if wall > 0 else float("nan"),
+                speedup=speedup,
+                acceptance_rate=alpha,
+                mean_accepted_len=toks / steps if steps else None,
+                theoretical_speedup=theo,
+                identical_runs=sum(1 for r in rs if r.identical_to_baseline),
+                c=c,
+                mean_k=mean_k,
+                draft_share=td / wall if wall > 0 else float("nan"),
+                verify_share=tv / wall if wall > 0 else float("nan"),
+                prefill_share=tp / wall if wall > 0 else float("nan"),
+                overhead_share=max(0.0, wall - tp - td - tv) / wall if wall > 0 else float("nan"),
+                ttft_s=_mean(r.ttft_s for r in rs),
+            )
+        )
+    return out

@@ -1,0 +1,95 @@
+"""The run report: one JSON schema for `bench`, the GUI export and saved runs (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.core.metrics import LaneStats, summarize
+
+__all__ = ["attach_baseline", "build_report", "write_report", "RUN_KEYS"]
+
+RUN_KEYS = (
+    "setup",
+    "prompt_id",
+    "repeat",
+    "new_tokens",
+    "wall_s",
+    "ttft_s",
+    "tokens_per_s",
+    "steps",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "mean_accepted_len",
+    "output_ids",
+    "output_text",
+    "identical_to_baseline",
+    "speedup",
+)
+
+
+def attach_baseline(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> list[LaneStats]:
+    """Fill identical_to_baseline / first_divergence / speedup of every run from the baseline run of the same
+    prompt and repeat (computed, never assumed)."""
+    base = {(r.prompt_id, r.repeat): r for r in runs if r.setup == baseline_setup}
+    out = []
+    for r in runs:
+        b = base.get((r.prompt_id, r.repeat))
+        out.append(r.with_baseline(b) if b is not None else r)
+    return out
+
+
+def _clean(x):
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def build_report(
+    target: str,
+    device: str,
+    dtype: str,
+    runs: Sequence[LaneStats],
+    *,
+    sampling: dict | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """The JSON document: {"target", "device", "dtype", "runs": [...], "summary": [...]} plus metadata.
+
+    Each run carries the DESIGN.md keys first, then the extra measurements (prefill, draft/verify times,
+    per-position acceptance, first divergence).
+    """
+    runs = attach_baseline(runs)
+    run_rows = []
+    for r in runs:
+        d = r.to_json()
+        row = {k: d[k] for k in RUN_KEYS}
+        row.update({k: v for k, v in d.items() if k not in row})
+        run_rows.append(row)
+    doc = {
+        "target": target,
+        "device": device,
+        "dtype": dtype,
+        "runs": run_rows,
+        "summary": [s.to_json() for s in summarize(runs)],
+        "sampling": sampling or {},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "processor": platform.processor()},
+    }
+    if extra:
+        doc.update(extra)
+    return _clean(doc)
+
+
+def write_report(doc: dict, path: str | Path) -> None:
+    """Write JSON to a file ("-" = stdout is handled by the caller)."""
+    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,1 @@
+"""Backend adapters behind one protocol (`base.Engine`), and the manifest registry."""

@@ -1,0 +1,1 @@
+"""Speculative decoding: drafters, the pure verifier, and the per-step loop."""

@@ -1,0 +1,135 @@
+"""Worker process entry (spawn-started). Imports no Qt; torch and the engines load on first use."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+
+__all__ = ["main"]
+
+
+class _Shutdown(Exception):
+    pass
+
+
+def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """Exit when the parent process is gone, so no orphan keeps holding (GPU) memory."""
+    while True:
+        time.sleep(interval_s)
+        if os.getppid() != parent_pid:
+            os._exit(3)
+
+
+def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
+    """Serve commands until Shutdown (or the parent dies). Every event goes through `evt_conn`."""
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
+    # Quiet transformers' own progress bars and info logs: progress travels as Progress events.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    from app.core.events import LogEvent, RunError
+    from app.core.errors import SpecDeckError
+    from app.worker.messages import Cancel, EnginesLoaded, LoadEngines, Ping, Pong, RunFinished, RunLanes, Shutdown, WorkerReady
+
+    send_lock = threading.Lock()
+
+    def emit(ev) -> None:
+        with send_lock:
+            evt_conn.send(ev)
+
+    import torch
+
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover
+        pass
+    dev = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+    emit(WorkerReady(pid=os.getpid(), startup_s=time.time() - t_spawn, torch_version=torch.__version__, device_info=dev))
+
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events, schedule
+
+    pool = EnginePool(emit)
+    pending: deque = deque()
+    cancelled_runs: set[str] = set()
+    cancelled_lanes: set[tuple[str, str]] = set()
+
+    def poll() -> None:
+        while cmd_conn.poll():
+            cmd = cmd_conn.recv()
+            if isinstance(cmd, Cancel):
+                if cmd.lane_id is None:
+                    cancelled_runs.add(cmd.run_id)
+                else:
+                    cancelled_lanes.add((cmd.run_id, cmd.lane_id))
+            elif isinstance(cmd, Shutdown):
+                raise _Shutdown
+            elif isinstance(cmd, Ping):
+                emit(Pong(cmd.request_id, time.time()))
+            else:
+                pending.append(cmd)
+
+    try:
+        while True:
+            if pending:
+                cmd = pending.popleft()
+            else:
+                try:
+                    cmd = cmd_conn.recv()
+                except EOFError:
+                    return
+            if isinstance(cmd, Shutdown):
+                return
+            if isinstance(cmd, Ping):
+                emit(Pong(cmd.request_id, time.time()))
+            elif isinstance(cmd, Cancel):
+                continue  # nothing running
+            elif isinstance(cmd, LoadEngines):
+                try:
+                    loaded = []
+                    t = pool.get(cmd.target, cmd.device, cmd.dtype)
+                    loaded.append((cmd.target, t.device, t.dtype, getattr(t, "load_s", 0.0)))
+                    for d in cmd.drafts:
+                        e = pool.get_draft(cmd.target, t, d, cmd.device, cmd.dtype)
+                        loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
+                    emit(EnginesLoaded(cmd.request_id, tuple(loaded)))
+                except SpecDeckError as e:
+                    emit(RunError(None, str(e), kind=type(e).__name__))
+                except Exception as e:
+                    emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
+            elif isinstance(cmd, RunLanes):
+                run_id = cmd.run_id
+
+                def make(spec, cmd=cmd, run_id=run_id):
+                    def cancelled() -> bool:
+                        return run_id in cancelled_runs or (run_id, spec.lane_id) in cancelled_lanes
+
+                    return lane_events(pool, cmd.target, spec, cmd.sampling, cmd.chat, cancelled, cmd.device, cmd.dtype)
+
+                try:
+                    schedule(list(cmd.lanes), make, cmd.mode, emit, poll)
+                except _Shutdown:
+                    raise
+                except Exception as e:
+                    emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
+                emit(RunFinished(run_id, cancelled=run_id in cancelled_runs))
+                cancelled_runs.discard(run_id)
+            else:
+                emit(LogEvent("warning", f"unknown command {type(cmd).__name__}"))
+    except _Shutdown:
+        return
+    except (BrokenPipeError, EOFError):  # the client went away
+        return
+    finally:
+        try:
+            evt_conn.close()
+        except Exception:
+            pass
+        sys.stdout.flush()

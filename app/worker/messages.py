@@ -1,0 +1,129 @@
+"""Typed, immutable, picklable messages between a client (GUI, CLI) and the worker process.
+
+Commands go client → worker; events (these plus app.core.events) go worker → client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.core.events import Event, LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent
+from app.core.setups import Sampling
+
+__all__ = [
+    "LaneSpec",
+    "LoadEngines",
+    "RunLanes",
+    "Cancel",
+    "Shutdown",
+    "Ping",
+    "Command",
+    "WorkerReady",
+    "EnginesLoaded",
+    "RunFinished",
+    "Pong",
+    "WorkerDied",
+    "WorkerEvent",
+    "Mode",
+]
+
+Mode = Literal["sequential", "interleaved"]
+
+
+@dataclass(frozen=True)
+class LaneSpec:
+    """One lane: a setup string on one prompt (text, or ids when already tokenized)."""
+
+    lane_id: str
+    setup: str
+    prompt_id: str
+    prompt: str
+    repeat: int = 0
+    group: str = ""  # lanes of one group are interleaved together; groups run one after another
+    record: bool = True  # False for warm-up lanes
+
+
+@dataclass(frozen=True)
+class LoadEngines:
+    """Load (and convert if needed) the target and drafts into the worker's pool; answers EnginesLoaded."""
+
+    request_id: str
+    target: str
+    drafts: tuple[str, ...] = ()
+    device: str | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class RunLanes:
+    run_id: str
+    target: str
+    lanes: tuple[LaneSpec, ...]
+    sampling: Sampling
+    mode: Mode = "sequential"
+    chat: bool = True
+    device: str | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Cancel a run (all its lanes) or, with lane_id, one lane; takes effect between steps."""
+
+    run_id: str
+    lane_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Ping:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Command = LoadEngines | RunLanes | Cancel | Ping | Shutdown
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    pid: int
+    startup_s: float  # spawn → ready, measured in the worker from its own start
+    torch_version: str
+    device_info: str
+
+
+@dataclass(frozen=True)
+class EnginesLoaded:
+    request_id: str
+    engines: tuple[tuple[str, str, str, float], ...]  # (name, device, dtype, load seconds)
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """Every lane of a run has ended (done, cancelled or failed)."""
+
+    run_id: str
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Pong:
+    request_id: str
+    t_sent: float
+
+
+@dataclass(frozen=True)
+class WorkerDied:
+    """Produced by the client (not the worker) when the worker process ends unexpectedly."""
+
+    exitcode: int | None
+    message: str
+
+
+WorkerEvent = Event | WorkerReady | EnginesLoaded | RunFinished | Pong | WorkerDied
+# re-exported for convenience
+_ = (LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent)

@@ -1,0 +1,94 @@
+"""The worker's engine pool: a model used by several lanes is loaded once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.core.errors import EngineError
+from app.core.events import Progress
+from app.engines.base import check_tokenizers
+from app.engines.registry import EngineManifest, resolve
+
+__all__ = ["EnginePool", "open_engine"]
+
+
+def open_engine(manifest: EngineManifest, device: str | None, dtype: str | None, progress, tokenizer=None):
+    """Instantiate the backend named by the manifest (TensorRT-LLM is imported lazily, only here)."""
+    if manifest.backend == "hf":
+        from app.engines.hf import HFEngine
+
+        return HFEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
+    if manifest.backend == "trtllm":
+        try:
+            from app.engines import trtllm
+        except ImportError as e:  # pragma: no cover - module exists once the backend lands
+            raise EngineError(f"engine {manifest.name}: TensorRT-LLM backend unavailable ({e})", fix="pip install .[trtllm] on a CUDA machine") from None
+        return trtllm.open_engine(manifest, device=device, dtype=dtype, progress=progress)
+    raise EngineError(f"engine {manifest.name}: unknown backend {manifest.backend!r}", fix=f"edit {manifest.where}")
+
+
+class EnginePool:
+    """Engines keyed by (name, device, dtype). `emit` receives Progress events for conversion and loading.
+
+    Tests may `put` ready-made engines (tiny random models) under a name.
+    """
+
+    def __init__(self, emit: Callable[[object], None] = lambda e: None) -> None:
+        self.emit = emit
+        self._engines: dict[tuple[str, str | None, str | None], object] = {}
+        self._tokenizers: dict[str, object] = {}
+
+    def put(self, name: str, engine, device: str | None = None, dtype: str | None = None) -> None:
+        self._engines[(name, device, dtype)] = engine
+
+    def _progress(self, name: str):
+        last = [0.0]
+
+        def cb(task: str, done: float, total: float, unit: str) -> None:
+            now = time.monotonic()
+            if done >= total or now - last[0] > 0.1:  # at most ~10 events/s
+                last[0] = now
+                self.emit(Progress(task=f"{name}: {task}", done=done, total=total, unit=unit))
+
+        return cb
+
+    def get(self, name: str, device: str | None = None, dtype: str | None = None):
+        for key in ((name, device, dtype), (name, None, None)):
+            if key in self._engines:
+                return self._engines[key]
+        manifest = resolve(name)
+        eng = open_engine(manifest, device, dtype, self._progress(name), tokenizer=self._tokenizers.get(name))
+        self._engines[(name, device, dtype)] = eng
+        return eng
+
+    def tokenizer(self, name: str):
+        """The tokenizer alone (no weights loaded), for compatibility checks before loading a draft."""
+        for key, eng in self._engines.items():
+            if key[0] == name:
+                return eng.tokenizer
+        if name in self._tokenizers:
+            return self._tokenizers[name]
+        manifest = resolve(name)
+        if manifest.backend != "hf":
+            return None
+        from app.engines.cache import prepare
+        from app.engines.hf import load_tokenizer
+
+        tok = load_tokenizer(prepare(manifest, self._progress(name)))
+        self._tokenizers[name] = tok
+        return tok
+
+    def get_draft(self, target_name: str, target, draft_name: str, device=None, dtype=None):
+        """Load a draft for `target` after checking (on tokenizers only) that they share a vocabulary."""
+        ttok = getattr(target, "tokenizer", None)
+        dtok = self.tokenizer(draft_name)
+        if ttok is not None and dtok is not None:
+            check_tokenizers(target_name, ttok, draft_name, dtok)
+        draft = self.get(draft_name, device, dtype)
+        if getattr(draft, "vocab_size", None) != getattr(target, "vocab_size", None):
+            raise EngineError(
+                f"draft {draft_name!r} has {draft.vocab_size} logits, target {target_name!r} has {target.vocab_size}",
+                fix="pick a draft model of the same family as the target",
+            )
+        return draft
