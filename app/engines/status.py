@@ -1,0 +1,77 @@
+"""What `python -m app engines` and the GUI's engine picker show: is an engine usable here, and why not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engines.registry import EngineManifest, list_manifests
+
+__all__ = ["EngineStatus", "engine_status", "all_status", "backend_status", "compatible"]
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    name: str
+    backend: str
+    description: str
+    dtype: str
+    device: str
+    size_bytes: int | None
+    present: bool  # weights (or engine files) are on disk
+    cached: bool  # GGUF already converted to the safetensors cache
+    usable: bool  # can be loaded here (backend works and weights present)
+    reason: str  # why not usable ("" when usable)
+    tokenizer: str  # tokenizer family tag from the manifest ("" = unknown)
+    where: str
+
+
+def backend_status(backend: str) -> tuple[bool, str]:
+    """(usable, reason) for a backend on this machine, without importing heavy libraries."""
+    if backend == "hf":
+        return True, ""
+    if backend == "trtllm":
+        try:
+            from app.engines import trtllm
+        except ImportError as e:
+            return False, f"backend module unavailable ({e})"
+        return trtllm.capability()
+    return False, f"unknown backend {backend!r}"
+
+
+def engine_status(m: EngineManifest) -> EngineStatus:
+    from app.engines.cache import is_cached, weights_present
+
+    ok, why = backend_status(m.backend)
+    if m.backend == "hf":
+        cached = is_cached(m)
+        present, pwhy = weights_present(m)
+        if m.source_kind == "hf_dir":
+            cached = False
+        usable = present or cached
+        reason = "" if usable else pwhy
+    else:
+        cached, present, usable, reason = False, ok, ok, why
+    return EngineStatus(
+        name=m.name,
+        backend=m.backend,
+        description=m.description,
+        dtype=m.dtype,
+        device=m.device,
+        size_bytes=m.size,
+        present=present,
+        cached=cached,
+        usable=usable and ok,
+        reason=reason or why,
+        tokenizer=str(m.extra.get("tokenizer", "")),
+        where=m.where,
+    )
+
+
+def all_status() -> list[EngineStatus]:
+    return [engine_status(m) for m in list_manifests()]
+
+
+def compatible(target: EngineStatus, draft: EngineStatus) -> bool:
+    """Whether `draft` may draft for `target` by the manifests' tokenizer tags (the worker checks the real
+    tokenizers before loading the draft's weights)."""
+    return draft.name != target.name and bool(target.tokenizer) and target.tokenizer == draft.tokenizer and draft.backend == "hf"
