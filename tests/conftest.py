@@ -44,13 +44,14 @@ def _tiny(folder: Path, tok_dir: Path, seed: int, hidden: int, layers: int, nois
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(cfg)
-    # Large-magnitude random init gives peaked, varied next-token distributions (like a trained model's),
-    # so drafts are sometimes accepted and sometimes rejected.
+    # Unit-scale embeddings and an untied head give varied, peaked next-token distributions (a tied head makes
+    # a random model repeat its input), so drafts are sometimes accepted and sometimes rejected.
     with torch.no_grad():
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        model.lm_head.weight.normal_(0.0, 0.1)
         if noise:  # a draft that mostly agrees with the target: the same init, perturbed
             g = torch.Generator().manual_seed(seed + 1000)
             for p in model.parameters():
@@ -69,4 +70,4 @@ def tiny_pair(smollm2_dir, tmp_path_factory) -> tuple[Path, Path]:
     Engine arguments can be these folder paths directly.
     """
     root = tmp_path_factory.mktemp("tiny")
-    return _tiny(root / "tiny-target", smollm2_dir, 0, 64, 2), _tiny(root / "tiny-draft", smollm2_dir, 0, 64, 2, noise=0.35)
+    return _tiny(root / "tiny-target", smollm2_dir, 0, 64, 2), _tiny(root / "tiny-draft", smollm2_dir, 0, 64, 2, noise=0.2)

@@ -151,13 +151,18 @@ class WorkerClient:
                 traceback.print_exc()
 
     def send(self, cmd: Command) -> None:
-        """Send a command. Raises WorkerDiedError when the worker is not running."""
+        """Send a command. Raises WorkerDiedError (saying how the worker ended) when it is not running."""
+        if self.proc is not None and not self.proc.is_alive() and self.died is None and self._thread is not None:
+            self._thread.join(2.0)  # let the drain thread record how it ended
         if not self.alive or self._cmd is None:
             raise WorkerDiedError(self.died.message if self.died else "worker is not running", fix="start a new run to restart the worker")
         try:
             self._cmd.send(cmd)
         except (BrokenPipeError, OSError):
-            raise WorkerDiedError("worker process is gone", fix="start a new run to restart the worker") from None
+            if self._thread is not None:
+                self._thread.join(2.0)
+            msg = self.died.message if self.died else "worker process is gone"
+            raise WorkerDiedError(msg, fix="start a new run to restart the worker") from None
 
     def get(self, timeout: float | None = None):
         """Next event (raises queue.Empty after `timeout` seconds)."""

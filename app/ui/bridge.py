@@ -1,0 +1,203 @@
+"""Thin Qt bridge over :class:`app.worker.client.WorkerClient`.
+
+The client's draining thread hands every event to :meth:`WorkerBridge._on_event`, which stamps it with the
+receipt time (``time.monotonic()``) and appends it to a lock-free deque; one queued wake-up call per burst
+brings the GUI thread to :meth:`WorkerBridge._pump`, which re-emits each event as Qt signals. The GUI never
+blocks on the worker: the worker starts on a plain thread ("starting worker…"), commands are sent once it is
+ready, and a dead worker is restarted by the next :meth:`run`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+from app.core.events import LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent
+from app.worker.client import WorkerClient
+from app.worker.messages import Cancel, RunFinished, RunLanes, WorkerDied, WorkerReady
+
+__all__ = ["WorkerBridge"]
+
+
+class WorkerBridge(QObject):
+    """Owns one WorkerClient; emits worker events as Qt signals on the GUI thread.
+
+    Signals carry the event object and its receipt time on the monotonic clock (seconds).
+    """
+
+    event = Signal(object, float)  # every event
+    stepEvent = Signal(object, float)
+    laneStarted = Signal(object)
+    laneDone = Signal(object)
+    laneError = Signal(object)
+    progress = Signal(object)
+    runFinished = Signal(object)
+    log = Signal(object)
+    workerReady = Signal(object)
+    workerDied = Signal(object)
+    state = Signal(str)  # "idle" | "starting" | "ready" | "dead"
+
+    _wake = Signal()
+
+    def __init__(self, parent: QObject | None = None, client_factory=WorkerClient) -> None:
+        super().__init__(parent)
+        self._client_factory = client_factory
+        self.client: WorkerClient | None = None
+        self._inbox: deque = deque()
+        self._wake_pending = threading.Event()
+        self._starting = False
+        self._pending: list = []  # commands waiting for the worker to be ready
+        self._closed = False
+        self.ready_info: WorkerReady | None = None
+        self._wake.connect(self._pump, Qt.ConnectionType.QueuedConnection)
+
+    # --- properties ------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        c = self.client
+        return c.pid if c is not None and c.alive else None
+
+    @property
+    def alive(self) -> bool:
+        return self.client is not None and self.client.alive
+
+    @property
+    def starting(self) -> bool:
+        return self._starting
+
+    # --- commands --------------------------------------------------------------------------------
+    def ensure_started(self) -> None:
+        """Start the worker in the background unless it runs or is starting."""
+        if self._closed or self._starting or self.alive:
+            return
+        self._starting = True
+        self.state.emit("starting")
+        client = self._client_factory(on_event=self._on_event)
+        self.client = client
+        threading.Thread(target=self._start, args=(client,), daemon=True, name="specdeck-worker-start").start()
+
+    def _start(self, client: WorkerClient) -> None:
+        try:
+            client.start()
+        except Exception as e:  # WorkerDiedError: the client already delivered WorkerDied; say why anyway
+            self._post(("start-failed", str(e)))
+        else:
+            self._post(("started", None))
+
+    def run(self, cmd: RunLanes) -> None:
+        """Send a run now or as soon as the worker is ready (starting it when needed)."""
+        if self.alive and not self._starting:
+            self._send(cmd)
+            return
+        self._pending.append(cmd)
+        self.ensure_started()
+
+    def cancel(self, run_id: str, lane_id: str | None = None) -> None:
+        """Cancel a run (or one lane); a run still waiting for the worker is dropped at once."""
+        before = len(self._pending)
+        self._pending = [c for c in self._pending if not (isinstance(c, RunLanes) and c.run_id == run_id and lane_id is None)]
+        if len(self._pending) != before:
+            self.runFinished.emit(RunFinished(run_id, cancelled=True))
+            return
+        if self.alive:
+            self._send(Cancel(run_id, lane_id))
+
+    def _send(self, cmd) -> None:
+        try:
+            assert self.client is not None
+            self.client.send(cmd)
+        except Exception as e:
+            if isinstance(cmd, RunLanes):
+                self.laneError.emit(RunError(None, f"could not send the run to the worker: {e}", kind="WorkerDiedError"))
+                self.runFinished.emit(RunFinished(cmd.run_id, cancelled=False))
+
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Stop the worker (blocking up to `timeout` s); used when the window closes."""
+        self._closed = True
+        c = self.client
+        if c is not None and c.proc is not None:
+            try:
+                c.stop(timeout=timeout)
+            except Exception:
+                c.kill()
+
+    def kill(self) -> None:
+        """Kill the worker at once (force stop; tests)."""
+        if self.client is not None:
+            self.client.kill()
+
+    # --- event path ------------------------------------------------------------------------------
+    def _on_event(self, ev) -> None:
+        """Draining thread: stamp, queue, wake the GUI thread once per burst."""
+        self._post(ev)
+
+    def _post(self, item) -> None:
+        self._inbox.append((item, time.monotonic()))
+        if not self._wake_pending.is_set():
+            self._wake_pending.set()
+            try:
+                self._wake.emit()
+            except RuntimeError:  # the QObject is gone (application shutting down)
+                pass
+
+    def feed(self, ev, t_recv: float | None = None) -> None:
+        """Inject an event as if the worker had sent it (tests, replays); GUI thread only."""
+        self._dispatch(ev, time.monotonic() if t_recv is None else t_recv)
+
+    @Slot()
+    def _pump(self) -> None:
+        self._wake_pending.clear()
+        # the client also queues every event for blocking readers; nobody reads that queue here
+        c = self.client
+        if c is not None and not self._starting:
+            try:
+                while True:
+                    c.events.get_nowait()
+            except Exception:
+                pass
+        while self._inbox:
+            item, t = self._inbox.popleft()
+            self._dispatch(item, t)
+
+    def _dispatch(self, ev, t: float) -> None:
+        if isinstance(ev, tuple):  # internal notices from the start thread
+            what, msg = ev
+            self._starting = False
+            if what == "started" and self.alive:
+                self.state.emit("ready")
+                pending, self._pending = self._pending, []
+                for cmd in pending:
+                    self._send(cmd)
+            else:
+                pending, self._pending = self._pending, []
+                self.state.emit("dead")
+                for cmd in pending:
+                    if isinstance(cmd, RunLanes):
+                        self.laneError.emit(RunError(None, f"the worker did not start: {msg}", kind="WorkerDiedError"))
+                        self.runFinished.emit(RunFinished(cmd.run_id, cancelled=False))
+            return
+        self.event.emit(ev, t)
+        if isinstance(ev, StepEvent):
+            self.stepEvent.emit(ev, t)
+        elif isinstance(ev, LaneStarted):
+            self.laneStarted.emit(ev)
+        elif isinstance(ev, RunDone):
+            self.laneDone.emit(ev)
+        elif isinstance(ev, RunError):
+            self.laneError.emit(ev)
+        elif isinstance(ev, Progress):
+            self.progress.emit(ev)
+        elif isinstance(ev, RunFinished):
+            self.runFinished.emit(ev)
+        elif isinstance(ev, LogEvent):
+            self.log.emit(ev)
+        elif isinstance(ev, WorkerReady):
+            self.ready_info = ev
+            self.workerReady.emit(ev)
+        elif isinstance(ev, WorkerDied):
+            if not self._starting:
+                self.state.emit("dead")
+            self.workerDied.emit(ev)

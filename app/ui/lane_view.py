@@ -1,0 +1,430 @@
+"""One lane on screen: a live header (tokens/s, α, τ, steps, elapsed, badge) over coloured token text.
+
+StepEvents are folded into a pending list when they arrive (cheap) and rendered by :meth:`LaneView.flush`,
+which the window calls from one ~30 Hz timer: consecutive tokens of one kind go into the document with a
+single ``insertText``. The document keeps at most ``max_tokens`` tokens (older text is trimmed in chunks),
+so a very long run neither grows memory without bound nor slows every repaint.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QPoint, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QTextCursor, QTextOption
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+
+from app.core.events import StepEvent
+from app.core.metrics import LaneAccumulator
+from app.ui.theme import KIND_LABELS, KIND_PROPERTY, KINDS, LIGHT, Theme, token_format
+
+__all__ = ["LaneView", "Token", "tokens_of_step", "utf16_len"]
+
+_K = {k: i for i, k in enumerate(KINDS)}
+_TARGET_KIND = {"correction": "correction", "bonus": "bonus", "baseline": "plain", "reference": "plain"}
+
+
+def utf16_len(s: str) -> int:
+    """Length of `s` in QTextDocument positions (UTF-16 code units)."""
+    n = len(s)
+    return n + sum(1 for ch in s if ord(ch) > 0xFFFF) if not s.isascii() else n
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One displayed token: text, kind index (KINDS), step, draft prob q and target prob p (NaN = unknown)."""
+
+    text: str
+    kind: int
+    step: int
+    q: float
+    p: float
+
+
+def _clean(piece: str, rejected: bool) -> str:
+    piece = piece.replace("\r\n", "\n").replace("\r", "\n")
+    if rejected:  # a struck-through newline would be invisible: show a return sign instead
+        piece = piece.replace("\n", "↵")
+    return piece
+
+
+def tokens_of_step(ev: StepEvent) -> list[Token]:
+    """The tokens a step puts on screen, in order: accepted drafts, rejected drafts, then the target token."""
+    nan = math.nan
+    a = ev.accepted_count
+    k = len(ev.drafted_ids)
+    q = ev.draft_probs or ()
+    p = ev.target_probs or ()
+    has_target = ev.target_id is not None
+    out: list[Token] = []
+    n_acc = min(a, len(ev.pieces))
+    for i in range(n_acc):
+        out.append(Token(_clean(ev.pieces[i], False), _K["accepted"], ev.step, q[i] if i < len(q) else nan, p[i] if i < len(p) else nan))
+    # p holds the accepted drafts, then the first rejected draft (when one was), then the target token
+    p_first_rejected = p[a] if a < k and len(p) > a + (1 if has_target else 0) else nan
+    for j, piece in enumerate(ev.rejected_pieces):
+        i = a + j
+        out.append(Token(_clean(piece, True), _K["rejected"], ev.step, q[i] if i < len(q) else nan, p_first_rejected if j == 0 else nan))
+    if has_target and len(ev.pieces) > n_acc:
+        kind = "plain" if k == 0 else _TARGET_KIND.get(ev.target_kind, "plain")
+        out.append(Token(_clean(ev.pieces[n_acc], False), _K[kind], ev.step, nan, p[-1] if p else nan))
+    return out
+
+
+def _fmt_num(x: float | None, spec: str = ".2f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+class _TokenText(QPlainTextEdit):
+    """Read-only text with per-token tooltips (step, kind, q, p)."""
+
+    def __init__(self, lane: LaneView) -> None:
+        super().__init__()
+        self._lane = lane
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.viewport().installEventFilter(self)
+        f = QFont("DejaVu Sans Mono")
+        f.setStyleHint(QFont.StyleHint.Monospace)
+        f.setPointSizeF(10.5)
+        self.document().setDefaultFont(f)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+    def eventFilter(self, obj, ev) -> bool:
+        if obj is self.viewport() and ev.type() == QEvent.Type.ToolTip:
+            text = self._lane.tooltip_at(ev.pos())
+            if text:
+                QToolTip.showText(ev.globalPos(), text, self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().eventFilter(obj, ev)
+
+
+class LaneView(QFrame):
+    """A lane's header and coloured text.
+
+    Args:
+        index: 0-based lane number (title and colour).
+        color: lane colour (swatch; same as its plot series).
+        max_tokens: tokens kept in the document; the oldest quarter is trimmed when exceeded.
+    """
+
+    toggled_rejected = Signal(bool)
+
+    def __init__(self, index: int, color: str, theme: Theme = LIGHT, max_tokens: int = 20000, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.index = index
+        self.color = color
+        self.theme = theme
+        self.max_tokens = max_tokens
+        self.show_rejected = True
+        self.setObjectName("LaneView")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setMinimumWidth(220)
+
+        self.title = QLabel()
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)
+        self.status = QLabel("idle")
+        self.status.setObjectName("laneStatus")
+        self.stats_label = QLabel("")
+        self.stats_label.setObjectName("laneStats")
+        self.badge = QLabel("")
+        self.badge.setObjectName("laneBadge")
+        self.badge.hide()
+        self.error = QLabel("")
+        self.error.setObjectName("laneError")
+        self.error.setWordWrap(True)
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error.hide()
+        self.text = _TokenText(self)
+
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.title, 1)
+        top.addWidget(self.status)
+        row2 = QHBoxLayout()
+        row2.setContentsMargins(0, 0, 0, 0)
+        row2.addWidget(self.stats_label, 1)
+        row2.addWidget(self.badge)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        lay.setSpacing(4)
+        lay.addLayout(top)
+        lay.addLayout(row2)
+        lay.addWidget(self.error)
+        lay.addWidget(self.text, 1)
+        self.set_setup("", "")
+        self.reset()
+        self._restyle()
+
+    # --- state -----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Clear for a new run."""
+        self.acc = LaneAccumulator()
+        self.t_s = 0.0
+        self.output_ids: list[int] = []
+        self.events_seen = 0
+        self.stats = None  # LaneStats at the end
+        self.state = "idle"
+        self._tokens: list[Token] = []  # kept tokens (bounded by max_tokens)
+        self._pending: list[tuple[list[Token], float]] = []  # (tokens, receipt time) not yet rendered
+        self._starts: list[int] = []  # document position of each rendered token
+        self._rendered: list[int] = []  # index into _tokens of each rendered token
+        self._doc_end = 0
+        self.trimmed_tokens = 0
+        self.latency_max_s = 0.0
+        self.latency_sum_s = 0.0
+        self.latency_n = 0
+        self.text.clear()
+        self.error.hide()
+        self.badge.hide()
+        self.status.setText("idle")
+        self._dirty_header = True
+        self.update_header()
+
+    def set_setup(self, setup: str, subtitle: str = "") -> None:
+        self.setup = setup
+        sw = f"<span style='color:{self.color}; font-size:15px'>■</span>"
+        sub = f" <span style='color:{self.theme.muted}'>{subtitle}</span>" if subtitle else ""
+        self.title.setText(f"{sw} <b>Lane {self.index + 1}</b> &nbsp;<code>{setup or '—'}</code>{sub}")
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.set_setup(self.setup)
+        self._restyle()
+        self.rerender()
+
+    def set_state(self, state: str, text: str | None = None) -> None:
+        """idle | waiting | starting | loading | running | done | cancelled | error."""
+        self.state = state
+        self.status.setText(text or state)
+        self._restyle()
+
+    def _restyle(self) -> None:
+        t = self.theme
+        chip = {
+            "running": (t.accepted_bg, t.accepted),
+            "done": (t.good_bg, t.accepted),
+            "error": (t.error_bg, t.rejected),
+            "cancelled": (t.warn_bg, t.correction),
+        }.get(getattr(self, "state", "idle"), (t.window, t.muted))
+        self.status.setStyleSheet(f"QLabel {{ background:{chip[0]}; color:{chip[1]}; border-radius:8px; padding:1px 8px; font-weight:600 }}")
+        self.stats_label.setStyleSheet(f"color:{t.text}; font-family:'DejaVu Sans Mono'; font-size:11px")
+        self.error.setStyleSheet(f"QLabel {{ background:{t.error_bg}; color:{t.rejected}; border-radius:4px; padding:4px 6px }}")
+        self.text.setStyleSheet(f"QPlainTextEdit {{ background:{t.base}; color:{t.text} }}")
+
+    def show_error(self, message: str) -> None:
+        self.error.setText("⚠ " + message.strip())
+        self.error.setToolTip(message)
+        self.error.show()
+        self.set_state("error")
+
+    def set_badge(self, text: str, good: bool | None) -> None:
+        t = self.theme
+        bg, fg = (t.good_bg, t.accepted) if good else ((t.warn_bg, t.correction) if good is False else (t.window, t.muted))
+        self.badge.setText(text)
+        self.badge.setStyleSheet(f"QLabel {{ background:{bg}; color:{fg}; border:1px solid {fg}; border-radius:8px; padding:0px 8px; font-weight:600 }}")
+        self.badge.show()
+
+    # --- events ----------------------------------------------------------------------------------
+    def add_step(self, ev: StepEvent, t_recv: float | None = None) -> None:
+        """Fold one StepEvent in (no rendering here; see flush)."""
+        self.acc.add(ev)
+        self.t_s = ev.t_s
+        self.events_seen += 1
+        self.output_ids.extend(ev.emitted_ids)
+        self._pending.append((tokens_of_step(ev), time.monotonic() if t_recv is None else t_recv))
+        self._dirty_header = True
+        if self.state not in ("running", "error"):
+            self.set_state("running")
+
+    def finish(self, stats, cancelled: bool = False) -> None:
+        self.stats = stats
+        if stats is not None:
+            self.output_ids = list(stats.output_ids)
+            self.t_s = stats.wall_s
+        self.set_state("cancelled" if cancelled else "done")
+        self._dirty_header = True
+
+    # --- rendering -------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Render pending tokens in one batch; returns how many were rendered."""
+        if self._dirty_header:
+            self.update_header()
+        if not self._pending:
+            return 0
+        pending, self._pending = self._pending, []
+        now = time.monotonic()
+        new: list[Token] = []
+        for toks, t in pending:
+            lat = now - t
+            self.latency_max_s = max(self.latency_max_s, lat)
+            self.latency_sum_s += lat
+            self.latency_n += 1
+            new.extend(toks)
+        base = len(self._tokens)
+        self._tokens.extend(new)
+        sb = self.text.verticalScrollBar()
+        at_bottom = sb.value() >= sb.maximum() - 4
+        self._insert(new, base)
+        if len(self._tokens) > self.max_tokens:
+            self._trim()
+        if at_bottom:
+            sb.setValue(sb.maximum())
+        return len(new)
+
+    def _insert(self, toks: list[Token], base: int) -> None:
+        cur = QTextCursor(self.text.document())
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        cur.beginEditBlock()
+        fmts = {i: token_format(self.theme, k) for i, k in enumerate(KINDS)}
+        run: list[str] = []
+        run_kind = -1
+        pos = self._doc_end
+        for j, tok in enumerate(toks):
+            if tok.kind == _K["rejected"] and not self.show_rejected:
+                continue
+            if not tok.text:
+                continue
+            if tok.kind != run_kind and run:
+                cur.insertText("".join(run), fmts[run_kind])
+                run = []
+            run_kind = tok.kind
+            run.append(tok.text)
+            self._starts.append(pos)
+            self._rendered.append(base + j)
+            pos += utf16_len(tok.text)
+        if run:
+            cur.insertText("".join(run), fmts[run_kind])
+        cur.endEditBlock()
+        self._doc_end = pos
+
+    def _trim(self) -> None:
+        """Drop the oldest quarter of the kept tokens from the document and the index."""
+        cut = len(self._tokens) // 4
+        self._tokens = self._tokens[cut:]
+        self.trimmed_tokens += cut
+        # the first rendered token we keep
+        r = bisect.bisect_left(self._rendered, cut)
+        doc_cut = self._starts[r] if r < len(self._starts) else self._doc_end
+        cur = QTextCursor(self.text.document())
+        cur.setPosition(0)
+        cur.setPosition(doc_cut, QTextCursor.MoveMode.KeepAnchor)
+        cur.removeSelectedText()
+        self._starts = [s - doc_cut for s in self._starts[r:]]
+        self._rendered = [i - cut for i in self._rendered[r:]]
+        self._doc_end -= doc_cut
+
+    def rerender(self) -> None:
+        """Render all kept tokens again (theme change, rejected drafts shown/hidden)."""
+        self.flush()
+        self.text.clear()
+        self._starts, self._rendered, self._doc_end = [], [], 0
+        self._insert(self._tokens, 0)
+        sb = self.text.verticalScrollBar()
+        sb.setValue(sb.maximum())
+
+    def set_show_rejected(self, show: bool) -> None:
+        if show != self.show_rejected:
+            self.show_rejected = show
+            self.rerender()
+
+    def update_header(self) -> None:
+        self._dirty_header = False
+        a = self.acc
+        tps = a.new_tokens / self.t_s if self.t_s > 0 else None
+        if self.stats is not None:
+            tps = self.stats.tokens_per_s
+        parts = [
+            f"{_fmt_num(tps, '.1f')} tok/s",
+            f"α {_fmt_num(a.acceptance_rate)}",
+            f"τ {_fmt_num(a.mean_accepted_len)}",
+            f"{a.steps} steps",
+            f"{a.new_tokens} tok",
+            f"{self.t_s:.2f} s",
+        ]
+        self.stats_label.setText(" · ".join(parts))
+
+    # --- inspection (tooltips, tests) ------------------------------------------------------------
+    def token_at(self, doc_pos: int) -> Token | None:
+        i = bisect.bisect_right(self._starts, doc_pos) - 1
+        if i < 0:
+            return None
+        tok = self._tokens[self._rendered[i]]
+        if doc_pos >= self._starts[i] + utf16_len(tok.text):
+            return None
+        return tok
+
+    def tooltip_at(self, pos: QPoint) -> str:
+        cur = self.text.cursorForPosition(pos)
+        p = cur.position()
+        if self.text.cursorRect(cur).x() > pos.x() and p > 0:  # the mouse is over the character before
+            p -= 1
+        tok = self.token_at(p)
+        if tok is None:
+            return ""
+        kind = KINDS[tok.kind]
+        color = self.theme.kind_color(kind)
+        shown = tok.text.replace("\n", "↵").replace(" ", "␣")
+        lines = [f"<b style='color:{color}'>{KIND_LABELS[kind]}</b> <code>{_html(shown)}</code>", f"step {tok.step}"]
+        if not math.isnan(tok.q):
+            lines.append(f"draft prob q = {tok.q:.3f}")
+        if not math.isnan(tok.p):
+            lines.append(f"target prob p = {tok.p:.3f}")
+        return "<br>".join(lines)
+
+    def document_runs(self) -> list[tuple[str, str]]:
+        """(text, kind) for every format run in the document, in order (tests; exports)."""
+        out: list[tuple[str, str]] = []
+        cur = QTextCursor(self.text.document())
+
+        def add(text: str, fmt) -> None:
+            v = fmt.property(KIND_PROPERTY)
+            kind = KINDS[int(v)] if v is not None else "plain"
+            if out and out[-1][1] == kind:
+                out[-1] = (out[-1][0] + text, kind)
+            else:
+                out.append((text, kind))
+
+        block = self.text.document().begin()
+        first = True
+        while block.isValid():
+            if not first:
+                # the block separator (a newline) carries the format it was inserted with
+                cur.setPosition(block.position())
+                add("\n", cur.charFormat())
+            first = False
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                if frag.isValid():
+                    add(frag.text(), frag.charFormat())
+                it += 1
+            block = block.next()
+        return out
+
+    def kind_color(self, kind: str) -> QColor:
+        return QColor(self.theme.kind_color(kind))
+
+    @property
+    def latency_mean_s(self) -> float:
+        return self.latency_sum_s / self.latency_n if self.latency_n else float("nan")
+
+    @property
+    def rendered_tokens(self) -> int:
+        return len(self._rendered)
+
+    @property
+    def kept_tokens(self) -> int:
+        return len(self._tokens)
+
+
+def _html(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

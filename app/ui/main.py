@@ -1,0 +1,101 @@
+"""`python -m app gui`: start the SpecDeck window.
+
+    python -m app gui [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
+                      [--max-new-tokens N] [--mode interleaved|sequential] [--dark]
+                      [--autorun] [--screenshot PATH] [--quit-after-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specdeck gui", description="Compare decoding setups side by side.")
+    p.add_argument("--preset", help="start from a preset ('Baseline vs draft model vs n-gram', 'SmolLM2 quick'; aliases qwen, smollm2)")
+    p.add_argument("--target", help="target engine name or model folder")
+    p.add_argument("--setup", action="append", default=None, help="a lane's setup string (repeatable, 1–4)")
+    p.add_argument("--prompt", help="prompt text")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--mode", choices=("interleaved", "sequential"))
+    p.add_argument("--dark", action="store_true", help="dark palette")
+    p.add_argument("--autorun", action="store_true", help="start a run immediately")
+    p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when the run ends (or at once without --autorun)")
+    p.add_argument("--quit-after-run", action="store_true", help="quit when the run ends (exit code 0 when every lane finished)")
+    p.add_argument("--size", default="1560x980", help="window size WxH (default 1560x980)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the GUI; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.core.errors import SpecDeckError
+    from app.ui.main_window import MainWindow
+    from app.ui.session import preset
+    from app.ui.theme import DARK
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setOrganizationName("SpecDeck")
+    app.setApplicationName("SpecDeck")
+    try:
+        session = preset(args.preset) if args.preset else None
+    except SpecDeckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    win = MainWindow(session=session)
+    if session is None and (args.target or args.setup or args.prompt):
+        session = win.session()
+    if session is not None:
+        s = session
+        if args.target:
+            s = s.with_(target=args.target)
+        if args.setup:
+            s = s.with_(setups=tuple(args.setup[:4]))
+        if args.prompt:
+            s = s.with_(prompt=args.prompt, prompt_id="custom")
+        if args.mode:
+            s = s.with_(mode=args.mode)
+        win.apply_session(s)
+    if args.max_new_tokens:
+        win.max_tok_spin.setValue(args.max_new_tokens)
+    if args.dark:
+        win.apply_theme(DARK)
+    try:
+        w, h = (int(x) for x in args.size.lower().split("x"))
+        win.resize(w, h)
+    except ValueError:
+        pass
+    win.show()
+    code = {"rc": 0}
+
+    def after_run(_run_id: str) -> None:
+        if args.screenshot:
+            QTimer.singleShot(300, lambda: win.save_window_png(args.screenshot))
+        if args.quit_after_run:
+            code["rc"] = 0 if win.done_stats and not win.lane_errors else 1
+            QTimer.singleShot(600, win.close)
+
+    win.runEnded.connect(after_run)
+    if args.autorun:
+        def start() -> None:
+            if win.run() is None:
+                print(f"error: {win.status_label.text()}", file=sys.stderr)
+                code["rc"] = 2
+                if args.quit_after_run:
+                    win.close()
+
+        QTimer.singleShot(0, start)
+    elif args.screenshot:
+        QTimer.singleShot(500, lambda: (win.save_window_png(args.screenshot), args.quit_after_run and win.close()))
+    rc = app.exec()
+    return code["rc"] or rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

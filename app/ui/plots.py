@@ -1,0 +1,401 @@
+"""Live plots (pyqtgraph): tokens/s and acceptance rate per lane, per-position acceptance, GPU or CPU use.
+
+Data arrives into preallocated ring buffers (StepEvents on the GUI thread, telemetry samples from the
+sampler's thread through a deque); a ~25 Hz timer redraws what changed with one ``setData`` per series.
+Time plots share one x axis: seconds since the run started (monotonic clock), with the start marked.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from app.core.events import StepEvent
+from app.ui.theme import LIGHT, Theme
+
+__all__ = ["Ring", "PlotPanel"]
+
+pg.setConfigOptions(antialias=True, useOpenGL=False)
+
+
+class Ring:
+    """A growing window over a preallocated float64 array [capacity, cols]; when full, the older half is
+    dropped (amortised O(1) append, contiguous views for setData, bounded memory)."""
+
+    def __init__(self, capacity: int, cols: int) -> None:
+        self.capacity = int(capacity)
+        self.buf = np.full((self.capacity, cols), np.nan)
+        self.n = 0
+        self.dropped = 0
+
+    def append(self, row) -> None:
+        if self.n == self.capacity:
+            keep = self.capacity // 2
+            self.buf[:keep] = self.buf[self.n - keep : self.n]
+            self.dropped += self.n - keep
+            self.n = keep
+        self.buf[self.n] = row
+        self.n += 1
+
+    def view(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+    def clear(self) -> None:
+        self.n = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+
+# lane ring columns
+_T, _TS, _TOK, _ACC, _DR = range(5)
+
+
+class _Lane:
+    def __init__(self, lane_id: str, label: str, color: str, capacity: int) -> None:
+        self.lane_id = lane_id
+        self.label = label
+        self.color = color
+        self.ring = Ring(capacity, 5)
+        self.tokens = 0
+        self.accepted = 0
+        self.drafted = 0
+        self.pos_drafted: list[int] = []
+        self.pos_accepted: list[int] = []
+        self.dirty = True
+        self.tps_curve = None
+        self.alpha_curve = None
+        self.bars = None
+
+
+class PlotPanel(QWidget):
+    """The plot dock's content.
+
+    Args:
+        capacity: points kept per lane series and for telemetry (older halves are dropped beyond it).
+        window_s: smoothing window of tokens/s, lane-clock seconds.
+        alpha_window: steps in the rolling acceptance-rate window.
+        interval_ms: redraw period.
+    """
+
+    def __init__(self, theme: Theme = LIGHT, capacity: int = 4096, window_s: float = 1.5, alpha_window: int = 8, interval_ms: int = 40, parent=None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.capacity = capacity
+        self.window_s = window_s
+        self.alpha_window = alpha_window
+        self.t0: float | None = None
+        self.lanes: dict[str, _Lane] = {}
+        self._inbox: deque = deque()
+        self._inbox_lock = threading.Lock()
+        self.tele = Ring(capacity, 7)  # t_mono, util/cpu_w, mem/rss_w, cpu_g, rss_g, mem_total, cpu_sys
+        self._tele_dirty = False
+        self.gpu_state = "telemetry starting…"
+        self.gpu_mode: bool | None = None
+        self.redraws = 0
+        self.setdata_calls = 0
+        self._series: dict[str, tuple[np.ndarray, np.ndarray, str, str]] = {}  # name → (x, y, color, unit)
+
+        self.glw = pg.GraphicsLayoutWidget()
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.glw)
+        self.readout = self.glw.addLabel("", row=0, col=0, colspan=2, justify="left")
+        self.p_tps = self.glw.addPlot(row=1, col=0, title="tokens/s per lane (smoothed)")
+        self.p_alpha = self.glw.addPlot(row=1, col=1, title="acceptance rate α (rolling)")
+        self.p_pos = self.glw.addPlot(row=2, col=0, title="acceptance by draft position")
+        self.p_sys = self.glw.addPlot(row=2, col=1, title="system")
+        self.time_plots = (self.p_tps, self.p_alpha, self.p_sys)
+        for p in (self.p_tps, self.p_alpha, self.p_sys, self.p_pos):
+            p.showGrid(x=True, y=True, alpha=0.25)
+            p.setMenuEnabled(True)
+        for p in self.time_plots:
+            p.setClipToView(True)
+            p.setDownsampling(auto=True, mode="peak")
+            p.setLabel("bottom", "time since run start", units="s")
+            if p is not self.p_tps:
+                p.setXLink(self.p_tps)
+        self.p_tps.setLabel("left", "tok/s")
+        self.p_alpha.setLabel("left", "α")
+        self.p_alpha.setYRange(0, 1.02, padding=0)
+        self.p_alpha.enableAutoRange(axis="y", enable=False)
+        self.p_pos.setLabel("bottom", "draft position")
+        self.p_pos.setLabel("left", "accepted fraction")
+        self.p_pos.setYRange(0, 1.02, padding=0)
+        self.p_pos.enableAutoRange(axis="y", enable=False)
+        self.p_tps.addLegend(offset=(5, 5), labelTextSize="8pt")
+
+        # run-start markers and crosshair lines
+        self.start_lines = []
+        self.cross_lines = []
+        for p in self.time_plots:
+            ln = pg.InfiniteLine(pos=0, angle=90, movable=False, label="run start", labelOpts={"position": 0.92, "color": "#888"})
+            ln.setPen(pg.mkPen("#888888", width=1, style=Qt.PenStyle.DashLine))
+            p.addItem(ln, ignoreBounds=True)
+            self.start_lines.append(ln)
+            cl = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DotLine))
+            cl.hide()
+            p.addItem(cl, ignoreBounds=True)
+            self.cross_lines.append(cl)
+
+        # system plot: left = percent, right = MiB (second view box)
+        self.p_sys.setLabel("left", "%")
+        self.p_sys.showAxis("right")
+        self.p_sys.setLabel("right", "MiB")
+        self.sys_vb2 = pg.ViewBox()
+        self.p_sys.scene().addItem(self.sys_vb2)
+        self.p_sys.getAxis("right").linkToView(self.sys_vb2)
+        self.sys_vb2.setXLink(self.p_sys)
+        self.p_sys.vb.sigResized.connect(self._sync_sys_views)
+        self.sys_legend = self.p_sys.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self._sys_curves: dict[str, pg.PlotDataItem] = {}
+
+        self._proxy = pg.SignalProxy(self.glw.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+        self.set_theme(theme)
+        self._setup_sys_curves(gpu=False)
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+
+    # --- setup -----------------------------------------------------------------------------------
+    def _sync_sys_views(self) -> None:
+        self.sys_vb2.setGeometry(self.p_sys.vb.sceneBoundingRect())
+        self.sys_vb2.linkedViewChanged(self.p_sys.vb, self.sys_vb2.XAxis)
+
+    def _setup_sys_curves(self, gpu: bool) -> None:
+        if self.gpu_mode == gpu:
+            return
+        self.gpu_mode = gpu
+        for c in self._sys_curves.values():
+            self.sys_legend.removeItem(c)
+            (c.getViewBox() or self.p_sys.vb).removeItem(c)
+        self._sys_curves = {}
+        t = self.theme
+        if gpu:
+            specs = [("GPU util %", "#76b900", False, Qt.PenStyle.SolidLine), ("GPU mem MiB", "#8250df", True, Qt.PenStyle.DashLine)]
+        else:
+            specs = [
+                ("worker CPU %", "#0072B2", False, Qt.PenStyle.SolidLine),
+                ("GUI CPU %", "#E69F00", False, Qt.PenStyle.SolidLine),
+                ("worker RSS MiB", "#0072B2", True, Qt.PenStyle.DashLine),
+                ("GUI RSS MiB", "#E69F00", True, Qt.PenStyle.DashLine),
+            ]
+        for name, color, right, style in specs:
+            c = pg.PlotDataItem(pen=pg.mkPen(color, width=2, style=style), name=name, connect="finite")
+            if right:
+                self.sys_vb2.addItem(c)
+                self.sys_legend.addItem(c, name)
+            else:
+                self.p_sys.addItem(c)
+            self._sys_curves[name] = c
+        self.p_sys.setLabel("left", "GPU util %" if gpu else "CPU % (of one core)")
+        self.p_sys.setLabel("right", "GPU memory MiB" if gpu else "RSS MiB")
+        self._update_sys_title()
+        _ = t
+
+    def _update_sys_title(self) -> None:
+        state = self.gpu_state
+        title = "GPU utilisation and memory" if self.gpu_mode else f"CPU and memory — {state}"
+        self.p_sys.setTitle(title)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.glw.setBackground(theme.plot_bg)
+        fg = pg.mkColor(theme.plot_fg)
+        for p in (self.p_tps, self.p_alpha, self.p_pos, self.p_sys):
+            for ax in ("left", "bottom", "right"):
+                a = p.getAxis(ax)
+                a.setPen(pg.mkPen(theme.muted))
+                a.setTextPen(pg.mkPen(fg))
+            p.titleLabel.setText(p.titleLabel.text, color=theme.plot_fg)
+        self.readout.setText(self.readout.text, color=theme.plot_fg)
+
+    # --- data in ---------------------------------------------------------------------------------
+    def start_run(self, lanes: list[tuple[str, str, str]], t0: float) -> None:
+        """New run: `lanes` = (lane_id, label, colour); `t0` = monotonic time of its start."""
+        for ln in self.lanes.values():
+            for item in (ln.tps_curve, ln.alpha_curve, ln.bars):
+                if item is not None:
+                    item.getViewBox().removeItem(item) if item.getViewBox() else None
+            if ln.tps_curve is not None and self.p_tps.legend is not None:
+                self.p_tps.legend.removeItem(ln.tps_curve)
+        self.lanes = {}
+        self.t0 = t0
+        n = max(1, len(lanes))
+        for i, (lane_id, label, color) in enumerate(lanes):
+            ln = _Lane(lane_id, label, color, self.capacity)
+            pen = pg.mkPen(color, width=2)
+            ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {label}", connect="finite")
+            ln.alpha_curve = self.p_alpha.plot([], [], pen=pen, connect="finite", symbol="o", symbolSize=4, symbolBrush=color, symbolPen=None)
+            w = 0.8 / n
+            ln.bars = pg.BarGraphItem(x=[], height=[], width=w, brush=pg.mkBrush(color), pen=pg.mkPen(None))
+            ln.bar_offset = (i - (n - 1) / 2) * w
+            self.p_pos.addItem(ln.bars)
+            self.lanes[lane_id] = ln
+        # keep a little telemetry from before the start for context
+        v = self.tele.view()
+        keep = v[v[:, 0] >= t0 - 3.0].copy() if len(v) else v
+        self.tele.clear()
+        for row in keep:
+            self.tele.append(row)
+        self._tele_dirty = True
+        self.p_tps.enableAutoRange()
+        self.p_tps.setXRange(-1.0, 5.0)
+        self.p_tps.enableAutoRange(axis="x", enable=True)
+
+    def add_step(self, ev: StepEvent, t_recv: float) -> None:
+        """GUI thread: fold one step of a lane in."""
+        ln = self.lanes.get(ev.lane_id)
+        if ln is None or self.t0 is None:
+            return
+        k = len(ev.drafted_ids)
+        ln.tokens += len(ev.emitted_ids)
+        ln.accepted += ev.accepted_count
+        ln.drafted += k
+        while len(ln.pos_drafted) < k:
+            ln.pos_drafted.append(0)
+            ln.pos_accepted.append(0)
+        for i in range(k):
+            ln.pos_drafted[i] += 1
+            if i < ev.accepted_count:
+                ln.pos_accepted[i] += 1
+        ln.ring.append((t_recv - self.t0, ev.t_s, ln.tokens, ln.accepted, ln.drafted))
+        ln.dirty = True
+
+    def add_sample(self, sample) -> None:
+        """Any thread (the sampler's on_sample): queue a TelemetrySample for the next redraw."""
+        self._inbox.append(sample)
+
+    def set_gpu_state(self, state: str) -> None:
+        self.gpu_state = state
+        self._update_sys_title()
+
+    def _drain_telemetry(self) -> None:
+        nan = math.nan
+        while self._inbox:
+            s = self._inbox.popleft()
+            if s.gpu_state != self.gpu_state:
+                self.gpu_state = s.gpu_state
+                self._update_sys_title()
+            gpu = bool(s.gpus)
+            self._setup_sys_curves(gpu)
+            w = s.host.proc("worker")
+            g = s.host.proc("gui")
+            if gpu:
+                util = float(np.nanmean([x.util_pct for x in s.gpus])) if any(not math.isnan(x.util_pct) for x in s.gpus) else nan
+                mem = float(sum(x.mem_used_mib for x in s.gpus))
+                total = float(sum(x.mem_total_mib for x in s.gpus))
+                row = (s.t_mono, util, mem, nan, nan, total, s.host.cpu_pct)
+            else:
+                row = (
+                    s.t_mono,
+                    w.cpu_pct if w else nan,
+                    w.rss_mib if w else nan,
+                    g.cpu_pct if g else nan,
+                    g.rss_mib if g else nan,
+                    nan,
+                    s.host.cpu_pct,
+                )
+            self.tele.append(row)
+            self._tele_dirty = True
+
+    # --- drawing ---------------------------------------------------------------------------------
+    def _set(self, item, name: str, x: np.ndarray, y: np.ndarray, color: str, unit: str) -> None:
+        if len(y) and not np.isfinite(y).any():
+            x, y = x[:0], y[:0]
+        item.setData(x, y, connect="finite")
+        self.setdata_calls += 1
+        self._series[name] = (x, y, color, unit)
+
+    def redraw(self) -> None:
+        """Timer tick: one setData per changed series."""
+        self._drain_telemetry()
+        if self.t0 is None:
+            return
+        for i, ln in enumerate(self.lanes.values()):
+            if not ln.dirty:
+                continue
+            ln.dirty = False
+            v = ln.ring.view()
+            x = v[:, _T]
+            ts = v[:, _TS]
+            tok = v[:, _TOK]
+            idx = np.arange(len(v))
+            j = np.searchsorted(ts, ts - self.window_s, side="left")
+            j = np.minimum(j, idx)
+            dt = ts - ts[j]
+            dtok = tok - tok[j]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rate = np.where(dt > 1e-9, dtok / dt, np.where(ts > 0, tok / ts, np.nan))
+            self._set(ln.tps_curve, f"{i + 1}: {ln.label} tok/s", x, rate, ln.color, "tok/s")
+            ja = np.maximum(idx - self.alpha_window, 0)
+            acc = v[:, _ACC]
+            dr = v[:, _DR]
+            # α over the window; the first point uses everything so far
+            da = np.where(idx > 0, acc - acc[ja], acc)
+            dd = np.where(idx > 0, dr - dr[ja], dr)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                alpha = np.where(dd > 0, da / dd, np.nan)
+            self._set(ln.alpha_curve, f"{i + 1}: {ln.label} α", x, alpha, ln.color, "")
+            if ln.pos_drafted:
+                pos = np.arange(1, len(ln.pos_drafted) + 1, dtype=float)
+                h = np.array(ln.pos_accepted, dtype=float) / np.maximum(np.array(ln.pos_drafted, dtype=float), 1.0)
+                ln.bars.setOpts(x=pos + ln.bar_offset, height=h)
+                self.setdata_calls += 1
+        if self._tele_dirty:
+            self._tele_dirty = False
+            v = self.tele.view()
+            x = v[:, 0] - self.t0
+            names = list(self._sys_curves)
+            cols = (1, 2) if self.gpu_mode else (1, 3, 2, 4)
+            for name, col in zip(names, cols):
+                self._set(self._sys_curves[name], name, x, v[:, col], "#888888", "MiB" if "MiB" in name else "%")
+            self._sync_sys_views()
+        self.redraws += 1
+
+    # --- crosshair -------------------------------------------------------------------------------
+    def _mouse_moved(self, args) -> None:
+        pos = args[0]
+        for p in self.time_plots:
+            if p.sceneBoundingRect().contains(pos):
+                x = p.vb.mapSceneToView(pos).x()
+                self.show_crosshair(x)
+                return
+        for cl in self.cross_lines:
+            cl.hide()
+
+    def show_crosshair(self, x: float) -> str:
+        """Move the crosshair to time `x` and write the nearest values of every series; returns the text."""
+        for cl in self.cross_lines:
+            cl.setPos(x)
+            cl.show()
+        parts = [f"<b>t = {x:.2f} s</b>"]
+        for name, (xs, ys, color, unit) in self._series.items():
+            if not len(xs):
+                continue
+            i = int(np.clip(np.searchsorted(xs, x), 0, len(xs) - 1))
+            if i > 0 and abs(xs[i - 1] - x) < abs(xs[i] - x):
+                i -= 1
+            y = ys[i]
+            if not np.isfinite(y):
+                continue
+            parts.append(f"<span style='color:{color}'>{name}</span> {y:.2f}")
+        text = " &nbsp;·&nbsp; ".join(parts)
+        self.readout.setText(text, color=self.theme.plot_fg, size="8pt")
+        return text
+
+    def save_png(self, path: str) -> bool:
+        self.redraw()
+        return self.glw.grab().save(str(path))
+
+    def buffer_len(self, lane_id: str) -> int:
+        ln = self.lanes.get(lane_id)
+        return len(ln.ring) if ln else 0

@@ -1,0 +1,197 @@
+"""Results table: one row per finished lane, sortable, the winner highlighted; CSV export.
+
+Reads the same stats objects as the CLI table and the JSON export (LaneStats, summarize()).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+
+from app.core.metrics import LaneStats, summarize
+from app.core.report import attach_baseline
+from app.ui.theme import LIGHT, Theme
+
+__all__ = ["ResultsPanel", "ResultRow", "result_rows", "COLUMNS"]
+
+COLUMNS = ("lane", "setup", "tokens/s", "speedup", "α", "τ", "TTFT s", "theor. speedup", "tokens", "steps", "vs baseline")
+
+
+class ResultRow:
+    """One lane's row: display strings and the numbers they sort by."""
+
+    def __init__(self, lane: str, color: str, stats: LaneStats, theo: float | None, note: str = "") -> None:
+        self.lane = lane
+        self.color = color
+        self.stats = stats
+        self.theo = theo
+        self.note = note
+
+    def values(self) -> list[tuple[str, float | str | None]]:
+        s = self.stats
+
+        def f(x, spec):
+            return ("—", None) if x is None or (isinstance(x, float) and math.isnan(x)) else (format(x, spec), float(x))
+
+        if s.identical_to_baseline is None:
+            vs = ("baseline" if s.setup == "baseline" else "—", "")
+        elif s.identical_to_baseline:
+            vs = ("identical", "identical")
+        else:
+            vs = (f"diverges at token {s.first_divergence}", "diverges")
+        if self.note:
+            vs = (self.note, self.note)
+        return [
+            (self.lane, self.lane),
+            (s.setup, s.setup),
+            f(s.tokens_per_s, ".2f"),
+            (f"{s.speedup:.2f}×", s.speedup) if s.speedup is not None else ("—", None),
+            f(s.acceptance_rate, ".3f"),
+            f(s.mean_accepted_len, ".2f"),
+            f(s.ttft_s, ".3f"),
+            (f"{self.theo:.2f}×", self.theo) if self.theo is not None and math.isfinite(self.theo) else ("—", None),
+            (str(s.new_tokens), float(s.new_tokens)),
+            (str(s.steps), float(s.steps)),
+            vs,
+        ]
+
+
+def result_rows(lanes: list[tuple[str, str, LaneStats]]) -> list[ResultRow]:
+    """Rows for (lane label, colour, stats) of finished lanes, with baseline comparisons filled in."""
+    stats = attach_baseline([s for _, _, s in lanes])
+    theo = {x.setup: x.theoretical_speedup for x in summarize(stats)}
+    return [ResultRow(label, color, s, theo.get(s.setup)) for (label, color, _), s in zip(lanes, stats)]
+
+
+class _Item(QTableWidgetItem):
+    """Sorts by its numeric key (None last)."""
+
+    def __init__(self, text: str, key) -> None:
+        super().__init__(text)
+        self.key = key
+        if isinstance(key, float):
+            self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+
+    def __lt__(self, other) -> bool:
+        a, b = self.key, getattr(other, "key", None)
+        if isinstance(a, float) and isinstance(b, float):
+            return a < b
+        if a is None or b is None:
+            return b is None and a is not None  # None sorts after numbers in ascending order
+        return str(a) < str(b)
+
+
+class ResultsPanel(QWidget):
+    """Summary line ("X wins: 1.8× faster than baseline") over the sortable table."""
+
+    def __init__(self, theme: Theme = LIGHT, parent=None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.rows: list[ResultRow] = []
+        self.winner: ResultRow | None = None
+        self.summary = QLabel("Run a comparison to see results here.")
+        self.summary.setObjectName("resultsSummary")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setSortingEnabled(True)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.verticalHeader().hide()
+        self.table.setAlternatingRowColors(True)
+        h = self.table.horizontalHeader()
+        h.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        h.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        tips = {
+            "tokens/s": "new tokens / decode wall time (prefill excluded, see TTFT)",
+            "speedup": "baseline time / this lane's time, same prompt, same run",
+            "α": "acceptance rate: accepted drafts / drafted tokens",
+            "τ": "mean accepted length: tokens emitted / steps (target token included)",
+            "TTFT s": "time to first token (prefill)",
+            "theor. speedup": "Leviathan et al. 2023: (1 − α^(k+1)) / ((1 − α)(k·c + 1)), c measured",
+        }
+        for i, c in enumerate(COLUMNS):
+            if c in tips:
+                self.table.horizontalHeaderItem(i).setToolTip(tips[c])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.table, 1)
+
+    def clear(self) -> None:
+        self.rows = []
+        self.winner = None
+        self.table.setRowCount(0)
+        self.summary.setText("Running…")
+
+    def set_results(self, lanes: list[tuple[str, str, LaneStats]], notes: dict[str, str] | None = None) -> None:
+        """Fill the table from finished lanes (label, colour, stats); failed lanes go in `notes` (label → text)."""
+        self.rows = result_rows(lanes) if lanes else []
+        self.table.setSortingEnabled(False)
+        self.table.setRowCount(len(self.rows))
+        done = [r for r in self.rows if r.stats.new_tokens > 0 and math.isfinite(r.stats.tokens_per_s)]
+        self.winner = max(done, key=lambda r: r.stats.tokens_per_s) if done else None
+        bold = QFont()
+        bold.setBold(True)
+        for i, r in enumerate(self.rows):
+            for j, (text, key) in enumerate(r.values()):
+                it = _Item(("★ " + text) if (j == 0 and r is self.winner) else text, key)
+                if j == 0:
+                    it.setForeground(QBrush(QColor(r.color)))
+                    it.setFont(bold)
+                if r is self.winner:
+                    it.setBackground(QBrush(QColor(self.theme.good_bg)))
+                    it.setFont(bold)
+                self.table.setItem(i, j, it)
+        self.table.setSortingEnabled(True)
+        self.table.sortItems(2, Qt.SortOrder.DescendingOrder)
+        self.summary.setText(self._summary_text(notes or {}))
+
+    def _summary_text(self, notes: dict[str, str]) -> str:
+        t = self.theme
+        w = self.winner
+        extra = "".join(f"<br><span style='color:{t.rejected}'>{k}: {v}</span>" for k, v in notes.items())
+        if w is None:
+            return "No lane finished." + extra
+        base = next((r for r in self.rows if r.stats.setup == "baseline"), None)
+        s = w.stats
+        if base is None:
+            head = f"<b style='color:{w.color}'>{w.lane}</b> <code>{s.setup}</code> is fastest at <b>{s.tokens_per_s:.2f} tok/s</b> (add a baseline lane to see speedups)."
+        elif w is base:
+            head = f"<b>Baseline wins</b> at {s.tokens_per_s:.2f} tok/s: no speculative setup beat plain decoding here."
+        else:
+            sp = s.speedup if s.speedup is not None else float("nan")
+            same = "output identical to baseline" if s.identical_to_baseline else (f"output diverges at token {s.first_divergence}" if s.first_divergence is not None else "")
+            head = (
+                f"<b style='color:{w.color}'>{w.lane}</b> <code>{s.setup}</code> wins: "
+                f"<b>{sp:.2f}× faster</b> than baseline ({s.tokens_per_s:.2f} vs {base.stats.tokens_per_s:.2f} tok/s)"
+                + (f"; {same}." if same else ".")
+            )
+        return head + extra
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+
+    def write_csv(self, path: str | Path) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(
+                ["lane", "setup", "prompt_id", "tokens_per_s", "speedup", "acceptance_rate", "mean_accepted_len", "ttft_s", "theoretical_speedup", "new_tokens", "steps", "wall_s", "identical_to_baseline", "first_divergence"]
+            )
+            for r in self.rows:
+                s = r.stats
+                w.writerow(
+                    [r.lane, s.setup, s.prompt_id, _n(s.tokens_per_s), _n(s.speedup), _n(s.acceptance_rate), _n(s.mean_accepted_len), _n(s.ttft_s), _n(r.theo), s.new_tokens, s.steps, _n(s.wall_s), "" if s.identical_to_baseline is None else s.identical_to_baseline, "" if s.first_divergence is None else s.first_divergence]
+                )
+
+
+def _n(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return ""
+    return f"{x:.6g}"

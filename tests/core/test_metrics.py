@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+
+from app.core.events import StepEvent
+from app.core.metrics import LaneAccumulator, LaneStats, first_divergence, summarize, theoretical_speedup
+
+
+def ev(step, drafted, a, target, emitted, kind):
+    return StepEvent("l", step, tuple(drafted), a, target, kind, 0.01, 0.02, 0.03, tuple(emitted))
+
+
+def test_alpha_tau_per_position_match_a_hand_count():
+    # step 0: prefill token; step 1: 4 drafted, 2 accepted + correction; step 2: 4 drafted, all + bonus;
+    # step 3: 2 drafted, 0 accepted + correction
+    events = [
+        ev(0, [], 0, 5, [5], "baseline"),
+        ev(1, [1, 2, 3, 4], 2, 9, [1, 2, 9], "correction"),
+        ev(2, [5, 6, 7, 8], 4, 10, [5, 6, 7, 8, 10], "bonus"),
+        ev(3, [1, 1], 0, 3, [3], "correction"),
+    ]
+    acc = LaneAccumulator()
+    for e in events:
+        acc.add(e)
+    assert acc.drafted == 10 and acc.accepted == 6
+    assert acc.acceptance_rate == pytest.approx(0.6)  # α = Σa/Σk
+    assert acc.new_tokens == 10 and acc.steps == 4
+    assert acc.mean_accepted_len == pytest.approx(2.5)  # τ = tokens / steps
+    assert acc.per_position_drafted == [3, 3, 2, 2]
+    assert acc.per_position_accepted == [2, 2, 1, 1]
+    assert events[1].rejected_ids == (3, 4) and events[1].accepted_ids == (1, 2)
+
+
+def test_theoretical_speedup_formula():
+    # Leviathan et al.: (1 - α^(k+1)) / ((1 - α)(k c + 1))
+    assert theoretical_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
+    assert theoretical_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
+    assert theoretical_speedup(1.0, 4, 0.25) == pytest.approx(5 / 2)
+    assert theoretical_speedup(0.0, 4, 0.25) == pytest.approx(1 / 2)
+    assert theoretical_speedup(0.5, 0, 0.3) == 1.0
+    assert math.isnan(theoretical_speedup(float("nan"), 4, 0.1))
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def stats(setup, prompt, wall, ids, steps=10, drafted=0, accepted=0, t_draft=0.0, fwd=0, t_verify=1.0):
+    return LaneStats(setup, prompt, 0, len(ids), wall, 0.1, 0.1, steps, drafted, accepted, fwd, t_draft, t_verify, tuple(ids), "")
+
+
+def test_summary_speedup_is_computed_from_paired_walls_and_identity_from_ids():
+    base = [stats("baseline", "a", 2.0, [1, 2, 3], steps=3, t_verify=1.8), stats("baseline", "b", 4.0, [4, 5], steps=2, t_verify=1.0)]
+    spec = [
+        stats("draft:x", "a", 1.0, [1, 2, 3], steps=2, drafted=8, accepted=6, t_draft=0.2, fwd=8).with_baseline(base[0]),
+        stats("draft:x", "b", 2.0, [4, 6], steps=2, drafted=8, accepted=2, t_draft=0.2, fwd=8).with_baseline(base[1]),
+    ]
+    assert spec[0].identical_to_baseline and spec[0].first_divergence is None
+    assert spec[1].identical_to_baseline is False and spec[1].first_divergence == 1
+    assert spec[0].speedup == pytest.approx(2.0)
+    s = {x.setup: x for x in summarize(base + spec)}
+    assert s["draft:x"].speedup == pytest.approx(6.0 / 3.0)
+    assert s["draft:x"].acceptance_rate == pytest.approx(8 / 16)
+    assert s["draft:x"].identical_runs == 1
+    # c = mean draft forward / mean baseline decode step = (0.4/16) / (2.8/3)
+    assert s["draft:x"].c == pytest.approx((0.4 / 16) / (2.8 / 3))
+    assert s["baseline"].theoretical_speedup == 1.0
+    assert pickle.loads(pickle.dumps(spec[0])) == spec[0]

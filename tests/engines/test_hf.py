@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.core.errors import VocabMismatchError
+from app.engines.base import IncrementalDetokenizer, check_tokenizers
+from app.engines.hf import HFEngine
+from app.engines.registry import resolve
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return HFEngine(resolve("smollm2-135m-instruct"))
+
+
+def test_engine_facts(smol):
+    assert smol.vocab_size == 49152 and smol.device == "cpu" and smol.dtype == "float32"
+    assert 2 in smol.eos_ids  # <|im_end|>
+    ids = smol.encode_prompt("hi")
+    assert smol.tokenizer.decode(ids).count("<|im_start|>") >= 2  # chat template applied
+    assert smol.encode_prompt("hi", chat=False) != ids
+
+
+def test_forward_crop_matches_a_fresh_pass(smol):
+    """k-token forward + crop (rejected drafts) leaves the cache as if the rejected tokens never came."""
+    ids = smol.encode_prompt("def square(x):", chat=False)
+    s = smol.new_session()
+    s.forward(ids[:-1])
+    logits_k = s.forward([ids[-1], 100, 200, 300])  # [4, V]
+    assert logits_k.shape == (4, smol.vocab_size) and s.length == len(ids) + 3
+    s.crop(len(ids) + 1)  # keep token 100, drop 200 and 300
+    after = s.forward([555], last_only=True)
+    fresh = smol.new_session()
+    ref = fresh.forward([*ids, 100, 555])
+    assert torch.allclose(after[-1], ref[-1], atol=1e-4)
+    assert torch.allclose(logits_k[0], ref[len(ids) - 1], atol=1e-4)
+    with pytest.raises(ValueError):
+        s.crop(s.length + 1)
+
+
+def test_incremental_detokenizer_is_right_for_multibyte(smol):
+    text = "naïve café → 世界 🚀 done"
+    ids = smol.tokenizer.encode(text, add_special_tokens=False)
+    d = IncrementalDetokenizer(smol.decode, [])
+    pieces = [d.push(i) for i in ids]
+    assert "".join(pieces) == text
+    assert any(p == "" for p in pieces)  # some tokens complete no character on their own (byte-level BPE)
+    assert all("\ufffd" not in p for p in pieces)
+    d2 = IncrementalDetokenizer(smol.decode, [])
+    for i in ids[:3]:
+        d2.push(i)
+    peeked = d2.peek(ids[3:6])
+    assert d2.push(ids[3]) == peeked[0]  # peek does not consume
+
+
+def test_tokenizer_mismatch_is_refused(smol, tmp_path):
+    from transformers import AutoTokenizer
+
+    other = AutoTokenizer.from_pretrained(str(smol.folder))
+    other.add_tokens(["<extra_a>", "<extra_b>"])
+    check_tokenizers("t", smol.tokenizer, "d", AutoTokenizer.from_pretrained(str(smol.folder)))
+    with pytest.raises(VocabMismatchError) as e:
+        check_tokenizers("target-x", smol.tokenizer, "draft-y", other)
+    assert "target-x" in str(e.value) and "draft-y" in str(e.value) and "49154" in str(e.value)
+
+
+def test_cuda_request_without_cuda_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    from app.core.errors import EngineError
+
+    with pytest.raises(EngineError, match="--device cpu"):
+        HFEngine(resolve("smollm2-135m-instruct"), device="cuda")

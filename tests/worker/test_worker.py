@@ -1,0 +1,197 @@
+"""Real worker processes with real (tiny random) models: round trips, scheduling, cancel, crash isolation."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
+from app.core.setups import Sampling
+from app.worker.client import WorkerClient, describe_exit
+from app.worker.messages import Cancel, LaneSpec, LoadEngines, Ping, Pong, RunFinished, RunLanes, WorkerDied
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n"
+
+
+@pytest.fixture
+def client():
+    c = WorkerClient()
+    c.start()
+    yield c
+    c.stop()
+
+
+def until(c: WorkerClient, kind, timeout=120.0, pred=lambda e: True):
+    seen = []
+    deadline = time.monotonic() + timeout
+    while True:
+        ev = c.get(timeout=max(0.01, deadline - time.monotonic()))
+        seen.append(ev)
+        if isinstance(ev, kind) and pred(ev):
+            return ev, seen
+
+
+def lanes(target, draft, group="g"):
+    setups = ["baseline", f"draft:{draft},k=3", "ngram:n=2,k=4", f"draft:{draft},k=2,schedule=heuristic"]
+    return tuple(LaneSpec(f"l{i}", s, "p", PROMPT, group=group) for i, s in enumerate(setups))
+
+
+def test_messages_pickle_round_trip():
+    from app.core.metrics import LaneStats
+
+    msgs = [
+        RunLanes("r", "t", (LaneSpec("a", "baseline", "p", "x"),), Sampling(0.5, 0.9, 5, 3, 10), "interleaved"),
+        Cancel("r", "a"),
+        LoadEngines("q", "t", ("d",)),
+        StepEvent("a", 1, (1, 2), 1, 3, "correction", 0.1, 0.2, 0.3, (1, 3), ("x", "y"), ("z",)),
+        RunDone("a", LaneStats("s", "p", 0, 1, 1.0, 0.1, 0.1, 1, 0, 0, 0, 0.0, 0.0, (5,), "t")),
+        RunError("a", "boom"),
+        Progress("load", 1, 2, "MiB"),
+        WorkerDied(-9, "x"),
+    ]
+    for m in msgs:
+        assert pickle.loads(pickle.dumps(m)) == m
+
+
+def test_round_trip_latency_and_loading_progress(client, tiny_pair):
+    """Event delivery is event-driven: ping → pong round trips take about a millisecond."""
+    rtts = []
+    for i in range(50):
+        t0 = time.perf_counter()
+        client.send(Ping(f"p{i}"))
+        until(client, Pong, 10)
+        rtts.append(time.perf_counter() - t0)
+    assert statistics.median(rtts) < 0.05
+    client.send(LoadEngines("load", str(tiny_pair[0]), (str(tiny_pair[1]),)))
+    ev, seen = until(client, __import__("app.worker.messages", fromlist=["EnginesLoaded"]).EnginesLoaded)
+    assert [n for n, *_ in ev.engines] == [str(tiny_pair[0]), str(tiny_pair[1])]
+    assert any(isinstance(e, Progress) for e in seen)
+
+
+def run_collect(client, cmd):
+    client.send(cmd)
+    _, seen = until(client, RunFinished, 300, lambda e: e.run_id == cmd.run_id)
+    done = {e.lane_id: e.stats for e in seen if isinstance(e, RunDone)}
+    steps = [e for e in seen if isinstance(e, StepEvent)]
+    errors = [e for e in seen if isinstance(e, RunError)]
+    return done, steps, errors, seen
+
+
+def test_interleaved_equals_sequential(client, tiny_pair):
+    t, d = (str(p) for p in tiny_pair)
+    s = Sampling(max_new_tokens=24)
+    seq, _, e1, _ = run_collect(client, RunLanes("seq", t, lanes(t, d), s, "sequential", chat=False))
+    inter, steps, e2, seen = run_collect(client, RunLanes("int", t, lanes(t, d), s, "interleaved", chat=False))
+    assert not e1 and not e2
+    assert {k: v.output_ids for k, v in seq.items()} == {k: v.output_ids for k, v in inter.items()}
+    assert all(v.output_ids == seq["l0"].output_ids for v in seq.values())  # lossless, greedy
+    # interleaved: lanes advance side by side (the second lane steps before the first one ends)
+    order = [e.lane_id for e in seen if isinstance(e, (StepEvent, RunDone))]
+    first_done = next(i for i, e in enumerate(seen) if isinstance(e, RunDone))
+    assert len({lid for lid in order[:first_done]}) >= 2
+    assert all(isinstance(e, LaneStarted) for e in seen if getattr(e, "prompt_ids", None) is not None)
+
+
+def test_cancel_stops_within_a_step(client, tiny_pair):
+    t, d = (str(p) for p in tiny_pair)
+    client.send(RunLanes("long", t, lanes(t, d)[:2], Sampling(max_new_tokens=1500), "interleaved", chat=False))
+    until(client, StepEvent, 120, lambda e: e.step >= 3)
+    t0 = time.perf_counter()
+    client.send(Cancel("long"))
+    ev, seen = until(client, RunFinished, 60)
+    latency = time.perf_counter() - t0
+    done = [e for e in seen if isinstance(e, RunDone)]
+    assert ev.cancelled and done and all(e.cancelled for e in done)
+    assert latency < 2.0, latency
+
+
+def test_failing_lane_does_not_stop_the_others(client, tiny_pair):
+    t = str(tiny_pair[0])
+    cmd = RunLanes("mix", t, (LaneSpec("bad", "draft:no-such-engine", "p", PROMPT), LaneSpec("good", "ngram", "p", PROMPT)), Sampling(max_new_tokens=8), chat=False)
+    done, _, errors, _ = run_collect(client, cmd)
+    assert [e.lane_id for e in errors] == ["bad"] and "unknown engine 'no-such-engine'" in errors[0].message
+    assert "good" in done and done["good"].new_tokens == 8
+
+
+def test_kill_9_mid_run_is_reported_and_a_new_worker_starts(tiny_pair):
+    t, d = (str(p) for p in tiny_pair)
+    c = WorkerClient()
+    c.start()
+    try:
+        c.send(RunLanes("r", t, lanes(t, d)[:1], Sampling(max_new_tokens=5000), chat=False))
+        _, before = until(c, StepEvent, 120, lambda e: e.step >= 2)
+        t0 = time.perf_counter()
+        os.kill(c.pid, signal.SIGKILL)
+        died, after = until(c, WorkerDied, 5)
+        assert time.perf_counter() - t0 < 2.0
+        assert died.exitcode == -signal.SIGKILL and "SIGKILL" in died.message
+        assert len([e for e in before + after if isinstance(e, StepEvent)]) >= 3  # results so far kept
+        from app.core.errors import WorkerDiedError
+
+        with pytest.raises(WorkerDiedError):
+            c.send(Ping("x"))
+        c.start()  # usable again
+        c.send(Ping("again"))
+        until(c, Pong, 10)
+    finally:
+        c.stop()
+
+
+def test_describe_exit():
+    assert "SIGSEGV" in describe_exit(-11) and "native" in describe_exit(-11)
+    assert "code 1" in describe_exit(1)
+
+
+def test_worker_exits_when_its_parent_dies(tmp_path):
+    """A parent that is SIGKILLed leaves no orphan worker holding memory."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, time
+            from app.worker.client import WorkerClient
+            if __name__ == "__main__":
+                c = WorkerClient()
+                r = c.start()
+                print(r.pid, flush=True)
+                time.sleep(600)
+            """
+        )
+    )
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        wpid = int(p.stdout.readline())
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(wpid, 0)
+                with open(f"/proc/{wpid}/stat") as f:
+                    if f.read().split()[2] == "Z":
+                        break
+            except (ProcessLookupError, FileNotFoundError):
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(wpid, signal.SIGKILL)
+            pytest.fail("worker outlived its parent by 10 s")
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_worker_entry_imports_no_qt():
+    code = "import sys, app.worker.entry, app.worker.client, app.cli; print(any(m.startswith(('PySide6', 'pyqtgraph')) for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+    _ = queue
