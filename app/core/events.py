@@ -43,6 +43,9 @@ class StepEvent:
         target_probs: p(d_i) for each drafted token, then p(target token), when known.
         t_s: seconds since the lane's decode started, at the end of this step (lane clock).
         emitted_ids: ids emitted this step (a_t accepted drafts + target token, possibly truncated).
+        drafted_count: k_t when a backend reports how many tokens it drafted but not which (TensorRT-LLM's
+            LLM API): then drafted_ids is () and displays say "rejected ids unavailable". None means
+            k_t = len(drafted_ids).
     """
 
     lane_id: str
@@ -60,6 +63,12 @@ class StepEvent:
     draft_probs: tuple[float, ...] | None = None
     target_probs: tuple[float, ...] | None = None
     t_s: float = 0.0
+    drafted_count: int | None = None
+
+    @property
+    def k(self) -> int:
+        """k_t, the number of drafted tokens (known even when their ids are not)."""
+        return self.drafted_count if self.drafted_count is not None else len(self.drafted_ids)
 
     @property
     def rejected_ids(self) -> tuple[int, ...]:

@@ -160,7 +160,7 @@ class LaneAccumulator:
 
     def add(self, ev: StepEvent) -> None:
         self.steps += 1
-        k = len(ev.drafted_ids)
+        k = ev.k
         self.drafted += k
         self.accepted += ev.accepted_count
         self.new_tokens += len(ev.emitted_ids)

@@ -498,14 +498,8 @@ def _perf_counts(result) -> tuple[int, int] | None:
 # Lane recording shared by both paths
 # ---------------------------------------------------------------------------------------------------
 
-_STEP_FIELDS = set(getattr(StepEvent, "__dataclass_fields__", {}))
-
-
 def _event(**kw) -> StepEvent:
-    """A StepEvent; `drafted_count` (k_t when only the count is known) is passed only once StepEvent has it."""
-    dc = kw.pop("drafted_count", None)
-    if dc is not None and "drafted_count" in _STEP_FIELDS:
-        kw["drafted_count"] = dc
+    """A StepEvent; `drafted_count` carries k_t when only the count is known (rejected ids unavailable)."""
     return StepEvent(**kw)
 
 

