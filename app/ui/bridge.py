@@ -51,6 +51,7 @@ class WorkerBridge(QObject):
         self._starting = False
         self._pending: list = []  # commands waiting for the worker to be ready
         self._closed = False
+        self.slice_s = 0.012  # longest stretch of event dispatch per event-loop turn
         self.ready_info: WorkerReady | None = None
         self._wake.connect(self._pump, Qt.ConnectionType.QueuedConnection)
 
@@ -158,9 +159,16 @@ class WorkerBridge(QObject):
                     c.events.get_nowait()
             except Exception:
                 pass
+        # time-sliced: a burst of thousands of events must not hold the event loop (repaints, input)
+        deadline = time.monotonic() + self.slice_s
         while self._inbox:
             item, t = self._inbox.popleft()
             self._dispatch(item, t)
+            if time.monotonic() > deadline and self._inbox:
+                if not self._wake_pending.is_set():
+                    self._wake_pending.set()
+                    self._wake.emit()
+                break
 
     def _dispatch(self, ev, t: float) -> None:
         if isinstance(ev, tuple):  # internal notices from the start thread

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QTextCursor, QTextOption
+from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import StepEvent
@@ -24,6 +24,9 @@ from app.ui.theme import KIND_LABELS, KIND_PROPERTY, KINDS, LIGHT, Theme, token_
 __all__ = ["LaneView", "Token", "tokens_of_step", "utf16_len"]
 
 _K = {k: i for i, k in enumerate(KINDS)}
+#: longest paragraph (UTF-16 units) before a display-only break at the next word boundary
+SOFT_BREAK_CHARS = 1200
+SOFT_BREAK_PROPERTY = QTextFormat.UserProperty + 2
 _TARGET_KIND = {"correction": "correction", "bonus": "bonus", "baseline": "plain", "reference": "plain"}
 
 
@@ -135,6 +138,8 @@ class LaneView(QFrame):
         self.status.setObjectName("laneStatus")
         self.stats_label = QLabel("")
         self.stats_label.setObjectName("laneStats")
+        self.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.stats_label.setMinimumWidth(40)
         self.badge = QLabel("")
         self.badge.setObjectName("laneBadge")
         self.badge.hide()
@@ -148,16 +153,20 @@ class LaneView(QFrame):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.title, 1)
-        top.addWidget(self.status)
+        top.addWidget(self.status, 0, Qt.AlignmentFlag.AlignTop)
         row2 = QHBoxLayout()
         row2.setContentsMargins(0, 0, 0, 0)
         row2.addWidget(self.stats_label, 1)
-        row2.addWidget(self.badge)
+        row3 = QHBoxLayout()
+        row3.setContentsMargins(0, 0, 0, 0)
+        row3.addWidget(self.badge)
+        row3.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 6, 8, 6)
         lay.setSpacing(4)
         lay.addLayout(top)
         lay.addLayout(row2)
+        lay.addLayout(row3)
         lay.addWidget(self.error)
         lay.addWidget(self.text, 1)
         self.set_setup("", "")
@@ -178,6 +187,8 @@ class LaneView(QFrame):
         self._starts: list[int] = []  # document position of each rendered token
         self._rendered: list[int] = []  # index into _tokens of each rendered token
         self._doc_end = 0
+        self._block_len = 0
+        self._last_ws = False
         self.trimmed_tokens = 0
         self.latency_max_s = 0.0
         self.latency_sum_s = 0.0
@@ -215,7 +226,9 @@ class LaneView(QFrame):
             "error": (t.error_bg, t.rejected),
             "cancelled": (t.warn_bg, t.correction),
         }.get(getattr(self, "state", "idle"), (t.window, t.muted))
-        self.status.setStyleSheet(f"QLabel {{ background:{chip[0]}; color:{chip[1]}; border-radius:8px; padding:1px 8px; font-weight:600 }}")
+        self.status.setStyleSheet(
+            f"QLabel {{ background:{chip[0]}; color:{chip[1]}; border-radius:8px; padding:1px 8px; font-weight:600 }}"
+        )
         self.stats_label.setStyleSheet(f"color:{t.text}; font-family:'DejaVu Sans Mono'; font-size:11px")
         self.error.setStyleSheet(f"QLabel {{ background:{t.error_bg}; color:{t.rejected}; border-radius:4px; padding:4px 6px }}")
         self.text.setStyleSheet(f"QPlainTextEdit {{ background:{t.base}; color:{t.text} }}")
@@ -230,7 +243,9 @@ class LaneView(QFrame):
         t = self.theme
         bg, fg = (t.good_bg, t.accepted) if good else ((t.warn_bg, t.correction) if good is False else (t.window, t.muted))
         self.badge.setText(text)
-        self.badge.setStyleSheet(f"QLabel {{ background:{bg}; color:{fg}; border:1px solid {fg}; border-radius:8px; padding:0px 8px; font-weight:600 }}")
+        self.badge.setStyleSheet(
+            f"QLabel {{ background:{bg}; color:{fg}; border:1px solid {fg}; border-radius:8px; padding:0px 8px; font-weight:600 }}"
+        )
         self.badge.show()
 
     # --- events ----------------------------------------------------------------------------------
@@ -242,7 +257,7 @@ class LaneView(QFrame):
         self.output_ids.extend(ev.emitted_ids)
         self._pending.append((tokens_of_step(ev), time.monotonic() if t_recv is None else t_recv))
         self._dirty_header = True
-        if self.state not in ("running", "error"):
+        if self.state != "error" and (self.state != "running" or self.status.text() != "running"):
             self.set_state("running")
 
     def finish(self, stats, cancelled: bool = False) -> None:
@@ -293,6 +308,17 @@ class LaneView(QFrame):
                 continue
             if not tok.text:
                 continue
+            if self._block_len >= SOFT_BREAK_CHARS and (tok.text[0] == " " or self._last_ws or self._block_len >= 2 * SOFT_BREAK_CHARS):
+                # A paragraph is laid out as a whole on every append: cap its length with a display-only
+                # break (marked, so document_runs skips it) to keep each repaint cheap on long outputs.
+                if run:
+                    cur.insertText("".join(run), fmts[run_kind])
+                    run = []
+                bf = QTextBlockFormat()
+                bf.setProperty(SOFT_BREAK_PROPERTY, True)
+                cur.insertBlock(bf, fmts[0])
+                pos += 1
+                self._block_len = 0
             if tok.kind != run_kind and run:
                 cur.insertText("".join(run), fmts[run_kind])
                 run = []
@@ -300,7 +326,11 @@ class LaneView(QFrame):
             run.append(tok.text)
             self._starts.append(pos)
             self._rendered.append(base + j)
-            pos += utf16_len(tok.text)
+            n = utf16_len(tok.text)
+            pos += n
+            nl = tok.text.rfind("\n")
+            self._block_len = self._block_len + n if nl < 0 else n - nl - 1
+            self._last_ws = tok.text[-1].isspace()
         if run:
             cur.insertText("".join(run), fmts[run_kind])
         cur.endEditBlock()
@@ -326,7 +356,7 @@ class LaneView(QFrame):
         """Render all kept tokens again (theme change, rejected drafts shown/hidden)."""
         self.flush()
         self.text.clear()
-        self._starts, self._rendered, self._doc_end = [], [], 0
+        self._starts, self._rendered, self._doc_end, self._block_len = [], [], 0, 0
         self._insert(self._tokens, 0)
         sb = self.text.verticalScrollBar()
         sb.setValue(sb.maximum())
@@ -346,9 +376,8 @@ class LaneView(QFrame):
             f"{_fmt_num(tps, '.1f')} tok/s",
             f"α {_fmt_num(a.acceptance_rate)}",
             f"τ {_fmt_num(a.mean_accepted_len)}",
-            f"{a.steps} steps",
-            f"{a.new_tokens} tok",
-            f"{self.t_s:.2f} s",
+            f"{a.new_tokens} tok / {a.steps} steps",
+            f"{self.t_s:.1f} s",
         ]
         self.stats_label.setText(" · ".join(parts))
 
@@ -396,7 +425,7 @@ class LaneView(QFrame):
         block = self.text.document().begin()
         first = True
         while block.isValid():
-            if not first:
+            if not first and not block.blockFormat().property(SOFT_BREAK_PROPERTY):
                 # the block separator (a newline) carries the format it was inserted with
                 cur.setPosition(block.position())
                 add("\n", cur.charFormat())

@@ -1,8 +1,8 @@
 """`python -m app gui`: start the SpecDeck window.
 
-    python -m app gui [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
-                      [--max-new-tokens N] [--mode interleaved|sequential] [--dark]
-                      [--autorun] [--screenshot PATH] [--quit-after-run]
+python -m app gui [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
+                  [--max-new-tokens N] [--mode interleaved|sequential] [--dark]
+                  [--autorun] [--screenshot PATH] [--quit-after-run]
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when the run ends (or at once without --autorun)")
     p.add_argument("--quit-after-run", action="store_true", help="quit when the run ends (exit code 0 when every lane finished)")
     p.add_argument("--size", default="1560x980", help="window size WxH (default 1560x980)")
+    p.add_argument("--settings", metavar="PATH", help="keep settings in this .ini file instead of the user's (automation, tests)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the GUI; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.core.errors import SpecDeckError
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecDeckError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    win = MainWindow(session=session)
+    settings = QSettings(args.settings, QSettings.Format.IniFormat) if args.settings else None
+    win = MainWindow(settings=settings, session=session)
     if session is None and (args.target or args.setup or args.prompt):
         session = win.session()
     if session is not None:
@@ -74,25 +76,30 @@ def main(argv: list[str] | None = None) -> int:
     win.show()
     code = {"rc": 0}
 
+    def quit_app() -> None:
+        win.close()
+        app.quit()
+
     def after_run(_run_id: str) -> None:
         if args.screenshot:
             QTimer.singleShot(300, lambda: win.save_window_png(args.screenshot))
         if args.quit_after_run:
             code["rc"] = 0 if win.done_stats and not win.lane_errors else 1
-            QTimer.singleShot(600, win.close)
+            QTimer.singleShot(600, quit_app)
 
     win.runEnded.connect(after_run)
     if args.autorun:
+
         def start() -> None:
             if win.run() is None:
                 print(f"error: {win.status_label.text()}", file=sys.stderr)
                 code["rc"] = 2
                 if args.quit_after_run:
-                    win.close()
+                    quit_app()
 
         QTimer.singleShot(0, start)
     elif args.screenshot:
-        QTimer.singleShot(500, lambda: (win.save_window_png(args.screenshot), args.quit_after_run and win.close()))
+        QTimer.singleShot(500, lambda: (win.save_window_png(args.screenshot), args.quit_after_run and quit_app()))
     rc = app.exec()
     return code["rc"] or rc
 

@@ -80,7 +80,7 @@ class _LaneRow(QFrame):
         self.swatch.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter)
         self.editor = SetupEditor(setup)
         self.dup = QToolButton()
-        self.dup.setText("⧉")
+        self.dup.setText("dup")
         self.dup.setToolTip("duplicate this lane")
         self.remove = QToolButton()
         self.remove.setText("✕")
@@ -141,6 +141,7 @@ class MainWindow(QMainWindow):
         self.apply_session(session)
         self.apply_theme(self.theme)
         self.hide_rejected.setChecked(self.settings.value("ui/hide_rejected", False, type=bool))
+        self.warmup_check.setChecked(self.settings.value("ui/warmup", True, type=bool))
         geo = self.settings.value("ui/geometry")
         if geo is not None:
             self.restoreGeometry(geo)
@@ -174,7 +175,9 @@ class MainWindow(QMainWindow):
         self.mode_combo = QComboBox()
         self.mode_combo.addItem("interleaved (race)", "interleaved")
         self.mode_combo.addItem("sequential", "sequential")
-        self.mode_combo.setToolTip("interleaved: lanes advance one step each in turn, each timed on its own clock;\nsequential: one lane after another")
+        self.mode_combo.setToolTip(
+            "interleaved: lanes advance one step each in turn, each timed on its own clock;\nsequential: one lane after another"
+        )
         self.run_btn = QPushButton("▶  Run")
         self.run_btn.setObjectName("runButton")
         self.run_btn.setToolTip("Run (Ctrl+Enter)")
@@ -272,6 +275,10 @@ class MainWindow(QMainWindow):
         self.suite_combo.currentTextChanged.connect(self._fill_prompt_combo)
         self.prompt_combo = QComboBox()
         self.prompt_combo.setToolTip("built-in prompts, by category")
+        self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.prompt_combo.setMinimumContentsLength(12)
+        if self.suite_combo.findText("specbench-mini") >= 0:
+            self.suite_combo.setCurrentText("specbench-mini")
         self.prompt_combo.activated.connect(self._prompt_chosen)
         row.addWidget(self.suite_combo)
         row.addWidget(self.prompt_combo, 1)
@@ -284,6 +291,12 @@ class MainWindow(QMainWindow):
         self.chat_check = QCheckBox("apply the chat template")
         self.chat_check.setChecked(True)
         pl.addWidget(self.chat_check)
+        self.warmup_check = QCheckBox("warm up first (4 tokens per lane, not recorded)")
+        self.warmup_check.setToolTip(
+            "an unrecorded short run first, so the first lane does not pay for one-time start-up costs\n(the CLI's bench does the same)"
+        )
+        self.warmup_check.setChecked(True)
+        pl.addWidget(self.warmup_check)
         dl.addWidget(pr, 1)
         self._fill_prompt_combo(self.suite_combo.currentText())
 
@@ -439,7 +452,7 @@ class MainWindow(QMainWindow):
         valid = all(r.editor.valid for r in self.lane_rows)
         self.run_btn.setEnabled(valid and not self.running)
         if not self.running:
-            for v, r in zip(self.lane_views, self.lane_rows):
+            for v, r in zip(self.lane_views, self.lane_rows, strict=False):
                 v.set_setup(r.editor.setup())
 
     def _sync_lane_views(self) -> None:
@@ -571,6 +584,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("session/last", json.dumps(self.session().to_json()))
         self.settings.setValue("ui/dark", self.theme.dark)
         self.settings.setValue("ui/hide_rejected", self.hide_rejected.isChecked())
+        self.settings.setValue("ui/warmup", self.warmup_check.isChecked())
         self.settings.setValue("ui/geometry", self.saveGeometry())
         self.settings.sync()
 
@@ -631,7 +645,7 @@ class MainWindow(QMainWindow):
         mode = self.mode_combo.currentData()
         specs = []
         self.lane_by_id = {}
-        for i, (row, view) in enumerate(zip(self.lane_rows, self.lane_views)):
+        for i, (row, view) in enumerate(zip(self.lane_rows, self.lane_views, strict=False)):
             lane_id = f"L{i + 1}"
             spec = LaneSpec(lane_id=lane_id, setup=row.editor.setup(), prompt_id=self.prompt_id, prompt=prompt)
             specs.append(spec)
@@ -640,14 +654,19 @@ class MainWindow(QMainWindow):
             view.set_state("waiting", "starting worker…" if not self.bridge.alive else "waiting")
             self.lane_by_id[lane_id] = view
         self.lane_specs = specs
-        self.plots.start_run([(s.lane_id, s.setup, v.color) for s, v in zip(specs, self.lane_views)], self.run_t0)
+        self.plots.start_run([(s.lane_id, s.setup, v.color) for s, v in zip(specs, self.lane_views, strict=False)], self.run_t0)
         self.results.clear()
         if self.sampler is not None:
             self.sampler.clear()
         self._set_running_ui(True)
         self.status_label.setText("starting worker…" if not self.bridge.alive else "running…")
         self.save_settings()
-        self.bridge.run(RunLanes(run_id, target, tuple(specs), sampling, mode=mode, chat=self.chat_check.isChecked()))
+        chat = self.chat_check.isChecked()
+        if self.warmup_check.isChecked():
+            warm = tuple(LaneSpec(f"warm-{s.lane_id}", s.setup, s.prompt_id, s.prompt, group="warmup", record=False) for s in specs)
+            wsamp = Sampling(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed, min(4, sampling.max_new_tokens))
+            self.bridge.run(RunLanes(f"{run_id}-warmup", target, warm, wsamp, mode=mode, chat=chat))
+        self.bridge.run(RunLanes(run_id, target, tuple(specs), sampling, mode=mode, chat=chat))
         self.runStarted.emit(run_id)
         return run_id
 
@@ -656,6 +675,7 @@ class MainWindow(QMainWindow):
         if not self.running or self.run_id is None:
             return
         self.status_label.setText("stopping…")
+        self.bridge.cancel(f"{self.run_id}-warmup")
         self.bridge.cancel(self.run_id)
 
     def _set_running_ui(self, running: bool) -> None:
@@ -673,6 +693,9 @@ class MainWindow(QMainWindow):
     def _on_step(self, ev: StepEvent, t: float) -> None:
         v = self._view(ev.lane_id)
         if v is None:
+            w = self._view(ev.lane_id[5:]) if ev.lane_id.startswith("warm-") else None
+            if w is not None and w.state == "waiting" and w.status.text() != "warming up…":
+                w.set_state("waiting", "warming up…")
             return
         v.add_step(ev, t)
         self.plots.add_step(ev, t)
@@ -696,9 +719,13 @@ class MainWindow(QMainWindow):
             self.lane_errors.setdefault(ev.lane_id, "cancelled")
 
     def _on_lane_error(self, ev: RunError) -> None:
-        if not self.running:
-            return
-        views = [self._view(ev.lane_id)] if ev.lane_id is not None else [v for v in self.lane_by_id.values() if v.state not in ("done", "cancelled", "error")]
+        if not self.running or (ev.lane_id or "").startswith("warm-"):
+            return  # a warm-up lane's error shows again, in its own lane, in the recorded run
+        views = (
+            [self._view(ev.lane_id)]
+            if ev.lane_id is not None
+            else [v for v in self.lane_by_id.values() if v.state not in ("done", "cancelled", "error")]
+        )
         for v in views:
             if v is None:
                 continue
@@ -724,7 +751,7 @@ class MainWindow(QMainWindow):
         detail = f" ({ev.done:.0f}/{ev.total:.0f}{unit})" if ev.total > 0 and ev.unit else ""
         bar.setFormat(f"{ev.task.split(':')[-1].strip()[:28]} %p%")
         self.status_label.setText(f"{task}{detail}")
-        for v in ([self._view(ev.lane_id)] if ev.lane_id else self.lane_by_id.values()):
+        for v in [self._view(ev.lane_id)] if ev.lane_id else self.lane_by_id.values():
             if v is not None and v.state == "waiting":
                 v.set_state("waiting", "loading…")
 
@@ -771,7 +798,10 @@ class MainWindow(QMainWindow):
         self._show_results()
         n_ok = sum(1 for lid in self.done_stats if lid not in self.lane_errors)
         word = "stopped" if cancelled else "finished"
-        self.status_label.setText(f"run {word}: {n_ok}/{len(self.lane_specs)} lanes completed" + (f" · winner: {self.results.winner.lane} {self.results.winner.stats.setup}" if self.results.winner and not cancelled else ""))
+        self.status_label.setText(
+            f"run {word}: {n_ok}/{len(self.lane_specs)} lanes completed"
+            + (f" · winner: {self.results.winner.lane} {self.results.winner.stats.setup}" if self.results.winner and not cancelled else "")
+        )
         if not cancelled and self.done_stats:
             self.tabs.setCurrentWidget(self.results)
         self.plots.redraw()
@@ -810,7 +840,11 @@ class MainWindow(QMainWindow):
         st = next((s for s in self.statuses if s.name == self.last_target), None)
         device = st.device if st else "auto"
         dtype = st.dtype if st else "auto"
-        runs = [self.done_stats[s.lane_id] for s in self.lane_specs if s.lane_id in self.done_stats and self.lane_errors.get(s.lane_id) != "cancelled"]
+        runs = [
+            self.done_stats[s.lane_id]
+            for s in self.lane_specs
+            if s.lane_id in self.done_stats and self.lane_errors.get(s.lane_id) != "cancelled"
+        ]
         extra = {
             "telemetry": self.sampler.to_json() if self.sampler is not None else [],
             "gui": {
@@ -877,7 +911,13 @@ class MainWindow(QMainWindow):
     def _legend_html(self) -> str:
         t = self.theme
         parts = []
-        for kind, sample in (("accepted", "accepted draft"), ("rejected", "rejected draft"), ("correction", "correction"), ("bonus", "bonus"), ("plain", "baseline / target")):
+        for kind, sample in (
+            ("accepted", "accepted draft"),
+            ("rejected", "rejected draft"),
+            ("correction", "correction"),
+            ("bonus", "bonus"),
+            ("plain", "baseline / target"),
+        ):
             f = token_format(t, kind)
             style = f"color:{t.kind_color(kind)};"
             if kind == "accepted":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -75,6 +76,17 @@ class _Lane:
         self.bars = None
 
 
+class _TimedLayout(pg.GraphicsLayoutWidget):
+    """Remembers how long its last paint took (the redraw timer backs off when painting is slow)."""
+
+    last_paint_s = 0.0
+
+    def paintEvent(self, ev) -> None:
+        t = time.perf_counter()
+        super().paintEvent(ev)
+        self.last_paint_s = time.perf_counter() - t
+
+
 class PlotPanel(QWidget):
     """The plot dock's content.
 
@@ -85,7 +97,9 @@ class PlotPanel(QWidget):
         interval_ms: redraw period.
     """
 
-    def __init__(self, theme: Theme = LIGHT, capacity: int = 4096, window_s: float = 1.5, alpha_window: int = 8, interval_ms: int = 40, parent=None) -> None:
+    def __init__(
+        self, theme: Theme = LIGHT, capacity: int = 4096, window_s: float = 1.5, alpha_window: int = 8, interval_ms: int = 40, parent=None
+    ) -> None:
         super().__init__(parent)
         self.theme = theme
         self.capacity = capacity
@@ -100,10 +114,11 @@ class PlotPanel(QWidget):
         self.gpu_state = "telemetry starting…"
         self.gpu_mode: bool | None = None
         self.redraws = 0
+        self._last_redraw = 0.0
         self.setdata_calls = 0
         self._series: dict[str, tuple[np.ndarray, np.ndarray, str, str]] = {}  # name → (x, y, color, unit)
 
-        self.glw = pg.GraphicsLayoutWidget()
+        self.glw = _TimedLayout()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.glw)
@@ -138,7 +153,7 @@ class PlotPanel(QWidget):
         for p in self.time_plots:
             ln = pg.InfiniteLine(pos=0, angle=90, movable=False, label="run start", labelOpts={"position": 0.92, "color": "#888"})
             ln.setPen(pg.mkPen("#888888", width=1, style=Qt.PenStyle.DashLine))
-            p.addItem(ln, ignoreBounds=True)
+            p.addItem(ln)  # counted in auto-range: the run's start stays in view
             self.start_lines.append(ln)
             cl = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#999999", width=1, style=Qt.PenStyle.DotLine))
             cl.hide()
@@ -216,7 +231,7 @@ class PlotPanel(QWidget):
                 a.setPen(pg.mkPen(theme.muted))
                 a.setTextPen(pg.mkPen(fg))
             p.titleLabel.setText(p.titleLabel.text, color=theme.plot_fg)
-        self.readout.setText(self.readout.text, color=theme.plot_fg)
+        self.readout.setText(self.readout.text or "<i>hover a time plot to read values</i>", color=theme.muted, size="8pt")
 
     # --- data in ---------------------------------------------------------------------------------
     def start_run(self, lanes: list[tuple[str, str, str]], t0: float) -> None:
@@ -234,7 +249,7 @@ class PlotPanel(QWidget):
             ln = _Lane(lane_id, label, color, self.capacity)
             pen = pg.mkPen(color, width=2)
             ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {label}", connect="finite")
-            ln.alpha_curve = self.p_alpha.plot([], [], pen=pen, connect="finite", symbol="o", symbolSize=4, symbolBrush=color, symbolPen=None)
+            ln.alpha_curve = self.p_alpha.plot([], [], pen=pen, connect="finite")
             w = 0.8 / n
             ln.bars = pg.BarGraphItem(x=[], height=[], width=w, brush=pg.mkBrush(color), pen=pg.mkPen(None))
             ln.bar_offset = (i - (n - 1) / 2) * w
@@ -315,11 +330,25 @@ class PlotPanel(QWidget):
         self.setdata_calls += 1
         self._series[name] = (x, y, color, unit)
 
-    def redraw(self) -> None:
-        """Timer tick: one setData per changed series."""
+    def redraw(self, force: bool = False) -> None:
+        """Timer tick: one setData per changed series.
+
+        Skipped while the panel is hidden, and backed off so painting takes at most ~1/3 of the GUI
+        thread (a slow machine draws less often instead of stalling); data waits in the rings.
+        """
         self._drain_telemetry()
         if self.t0 is None:
             return
+        now = time.monotonic()
+        if not force:
+            if not self.isVisible():
+                return
+            if now - self._last_redraw < 3.0 * self.glw.last_paint_s:
+                return
+            lanes_dirty = any(ln.dirty for ln in self.lanes.values())
+            if not lanes_dirty and now - self._last_redraw < 0.25:
+                return  # telemetry alone redraws at ≤ 4 Hz
+        self._last_redraw = now
         for i, ln in enumerate(self.lanes.values()):
             if not ln.dirty:
                 continue
@@ -356,8 +385,9 @@ class PlotPanel(QWidget):
             x = v[:, 0] - self.t0
             names = list(self._sys_curves)
             cols = (1, 2) if self.gpu_mode else (1, 3, 2, 4)
-            for name, col in zip(names, cols):
-                self._set(self._sys_curves[name], name, x, v[:, col], "#888888", "MiB" if "MiB" in name else "%")
+            for name, col in zip(names, cols, strict=False):
+                c = self._sys_curves[name]
+                self._set(c, name, x, v[:, col], pg.mkPen(c.opts["pen"]).color().name(), "MiB" if "MiB" in name else "%")
             self._sync_sys_views()
         self.redraws += 1
 
@@ -378,7 +408,7 @@ class PlotPanel(QWidget):
             cl.setPos(x)
             cl.show()
         parts = [f"<b>t = {x:.2f} s</b>"]
-        for name, (xs, ys, color, unit) in self._series.items():
+        for name, (xs, ys, color, _unit) in self._series.items():
             if not len(xs):
                 continue
             i = int(np.clip(np.searchsorted(xs, x), 0, len(xs) - 1))
@@ -393,7 +423,7 @@ class PlotPanel(QWidget):
         return text
 
     def save_png(self, path: str) -> bool:
-        self.redraw()
+        self.redraw(force=True)
         return self.glw.grab().save(str(path))
 
     def buffer_len(self, lane_id: str) -> int:

@@ -65,7 +65,7 @@ def result_rows(lanes: list[tuple[str, str, LaneStats]]) -> list[ResultRow]:
     """Rows for (lane label, colour, stats) of finished lanes, with baseline comparisons filled in."""
     stats = attach_baseline([s for _, _, s in lanes])
     theo = {x.setup: x.theoretical_speedup for x in summarize(stats)}
-    return [ResultRow(label, color, s, theo.get(s.setup)) for (label, color, _), s in zip(lanes, stats)]
+    return [ResultRow(label, color, s, theo.get(s.setup)) for (label, color, _), s in zip(lanes, stats, strict=False)]
 
 
 class _Item(QTableWidgetItem):
@@ -93,6 +93,7 @@ class ResultsPanel(QWidget):
         super().__init__(parent)
         self.theme = theme
         self.rows: list[ResultRow] = []
+        self._notes: dict[str, str] = {}
         self.winner: ResultRow | None = None
         self.summary = QLabel("Run a comparison to see results here.")
         self.summary.setObjectName("resultsSummary")
@@ -133,6 +134,10 @@ class ResultsPanel(QWidget):
     def set_results(self, lanes: list[tuple[str, str, LaneStats]], notes: dict[str, str] | None = None) -> None:
         """Fill the table from finished lanes (label, colour, stats); failed lanes go in `notes` (label → text)."""
         self.rows = result_rows(lanes) if lanes else []
+        self._fill(notes or {})
+
+    def _fill(self, notes: dict[str, str]) -> None:
+        self._notes = notes
         self.table.setSortingEnabled(False)
         self.table.setRowCount(len(self.rows))
         done = [r for r in self.rows if r.stats.new_tokens > 0 and math.isfinite(r.stats.tokens_per_s)]
@@ -147,11 +152,13 @@ class ResultsPanel(QWidget):
                     it.setFont(bold)
                 if r is self.winner:
                     it.setBackground(QBrush(QColor(self.theme.good_bg)))
+                    if j > 0:
+                        it.setForeground(QBrush(QColor(self.theme.text)))
                     it.setFont(bold)
                 self.table.setItem(i, j, it)
         self.table.setSortingEnabled(True)
         self.table.sortItems(2, Qt.SortOrder.DescendingOrder)
-        self.summary.setText(self._summary_text(notes or {}))
+        self.summary.setText(self._summary_text(notes))
 
     def _summary_text(self, notes: dict[str, str]) -> str:
         t = self.theme
@@ -167,7 +174,11 @@ class ResultsPanel(QWidget):
             head = f"<b>Baseline wins</b> at {s.tokens_per_s:.2f} tok/s: no speculative setup beat plain decoding here."
         else:
             sp = s.speedup if s.speedup is not None else float("nan")
-            same = "output identical to baseline" if s.identical_to_baseline else (f"output diverges at token {s.first_divergence}" if s.first_divergence is not None else "")
+            same = (
+                "output identical to baseline"
+                if s.identical_to_baseline
+                else (f"output diverges at token {s.first_divergence}" if s.first_divergence is not None else "")
+            )
             head = (
                 f"<b style='color:{w.color}'>{w.lane}</b> <code>{s.setup}</code> wins: "
                 f"<b>{sp:.2f}× faster</b> than baseline ({s.tokens_per_s:.2f} vs {base.stats.tokens_per_s:.2f} tok/s)"
@@ -177,17 +188,49 @@ class ResultsPanel(QWidget):
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
+        if self.rows:
+            self._fill(self._notes)
 
     def write_csv(self, path: str | Path) -> None:
         with open(path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(
-                ["lane", "setup", "prompt_id", "tokens_per_s", "speedup", "acceptance_rate", "mean_accepted_len", "ttft_s", "theoretical_speedup", "new_tokens", "steps", "wall_s", "identical_to_baseline", "first_divergence"]
+                [
+                    "lane",
+                    "setup",
+                    "prompt_id",
+                    "tokens_per_s",
+                    "speedup",
+                    "acceptance_rate",
+                    "mean_accepted_len",
+                    "ttft_s",
+                    "theoretical_speedup",
+                    "new_tokens",
+                    "steps",
+                    "wall_s",
+                    "identical_to_baseline",
+                    "first_divergence",
+                ]
             )
             for r in self.rows:
                 s = r.stats
                 w.writerow(
-                    [r.lane, s.setup, s.prompt_id, _n(s.tokens_per_s), _n(s.speedup), _n(s.acceptance_rate), _n(s.mean_accepted_len), _n(s.ttft_s), _n(r.theo), s.new_tokens, s.steps, _n(s.wall_s), "" if s.identical_to_baseline is None else s.identical_to_baseline, "" if s.first_divergence is None else s.first_divergence]
+                    [
+                        r.lane,
+                        s.setup,
+                        s.prompt_id,
+                        _n(s.tokens_per_s),
+                        _n(s.speedup),
+                        _n(s.acceptance_rate),
+                        _n(s.mean_accepted_len),
+                        _n(s.ttft_s),
+                        _n(r.theo),
+                        s.new_tokens,
+                        s.steps,
+                        _n(s.wall_s),
+                        "" if s.identical_to_baseline is None else s.identical_to_baseline,
+                        "" if s.first_divergence is None else s.first_divergence,
+                    ]
                 )
 
 

@@ -16,7 +16,13 @@ from app.core.setups import GRAMMAR, Baseline, DraftModel, HFAssisted, HFLookup,
 
 __all__ = ["SetupEditor", "METHODS", "fill_engine_combo"]
 
-METHODS = (("baseline", "baseline"), ("draft", "draft model"), ("ngram", "n-gram"), ("hf-assisted", "hf-assisted"), ("hf-lookup", "hf-lookup"))
+METHODS = (
+    ("baseline", "baseline"),
+    ("draft", "draft model"),
+    ("ngram", "n-gram"),
+    ("hf-assisted", "hf-assisted"),
+    ("hf-lookup", "hf-lookup"),
+)
 
 
 def fill_engine_combo(combo: QComboBox, statuses, keep: str | None = None) -> None:
@@ -66,7 +72,8 @@ class SetupEditor(QWidget):
             self.method.addItem(label, key)
         self.engine = QComboBox()
         self.engine.setEditable(True)
-        self.engine.setMinimumContentsLength(14)
+        self.engine.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.engine.setMinimumContentsLength(12)
         self.engine.setToolTip("draft engine: only engines sharing the target's tokenizer are listed (a folder path works too)")
         self.engine.lineEdit().setPlaceholderText("draft engine")
         self.k = QSpinBox()

@@ -58,7 +58,13 @@ class Theme:
     plot_fg: str
 
     def kind_color(self, kind: str) -> str:
-        return {"plain": self.text, "accepted": self.accepted, "rejected": self.rejected, "correction": self.correction, "bonus": self.bonus}[kind]
+        return {
+            "plain": self.text,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "correction": self.correction,
+            "bonus": self.bonus,
+        }[kind]
 
 
 LIGHT = Theme(

@@ -1,0 +1,175 @@
+"""The real window with a real worker process and tiny random models (SmolLM2 tokenizer): lanes fill with
+tokens whose kinds match the StepEvents, a bad lane fails alone, Stop cancels, JSON export follows the bench
+schema, a killed worker is reported and restarted by the next Run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from .helpers import expected_runs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def win(qapp, tiny_pair, tmp_path_factory):
+    from PySide6.QtCore import QSettings
+
+    from app.core.setups import Sampling
+    from app.ui.main_window import MainWindow
+    from app.ui.session import Session
+
+    target, draft = tiny_pair
+    settings = QSettings(str(tmp_path_factory.mktemp("ui") / "s.ini"), QSettings.Format.IniFormat)
+    s = Session(
+        target=str(target),
+        setups=("baseline", f"draft:{draft},k=3", "ngram:n=2,k=4"),
+        prompt="Write a short story about a robot who learns to paint.",
+        sampling=Sampling(max_new_tokens=24),
+    )
+    w = MainWindow(settings=settings, session=s)
+    w.resize(1400, 900)
+    w.show()
+    w.bridge.ensure_started()  # the worker starts in the background while the first test sets up
+    w.collected = {}
+    # recorded lanes only: the unrecorded warm-up lanes ("warm-L1", …) are not shown
+    w.bridge.stepEvent.connect(lambda ev, t: ev.lane_id.startswith("warm-") or w.collected.setdefault(ev.lane_id, []).append(ev))
+    yield w
+    w.close()
+
+
+def _run(qtbot, w, timeout=90_000, **kw):
+    w.collected.clear()
+    with qtbot.waitSignal(w.runEnded, timeout=timeout):
+        rid = w.run()
+        assert rid is not None, w.status_label.text()
+    return rid
+
+
+def test_run_fills_lanes_with_matching_kinds_and_colours(qtbot, win):
+    import time
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtGui import QColor, QTextCursor
+
+    from app.ui.theme import KIND_PROPERTY, KINDS
+
+    win.max_tok_spin.setValue(24)
+    win.set_setups(["baseline", win.setups()[1], "ngram:n=2,k=4"])
+    gaps, last = [], [time.monotonic()]
+
+    def beat():
+        now = time.monotonic()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    hb = QTimer()
+    hb.setInterval(10)
+    hb.timeout.connect(beat)
+    hb.start()
+    _run(qtbot, win)
+    hb.stop()
+    lat = [v.latency_max_s for v in win.lane_by_id.values()]
+    print(
+        f"\nreal run: worst heartbeat gap {max(gaps) * 1000:.0f} ms; token-to-screen latency max {max(lat) * 1000:.0f} ms, mean {sum(v.latency_mean_s for v in win.lane_by_id.values()) / 3 * 1000:.1f} ms"
+    )
+    assert max(gaps) < 0.5
+    assert set(win.collected) == {"L1", "L2", "L3"}
+    kinds_seen = set()
+    for lid, view in win.lane_by_id.items():
+        evs = win.collected[lid]
+        assert view.state == "done", (lid, view.error.text())
+        assert view.document_runs() == expected_runs(evs), lid
+        kinds_seen |= {k for _, k in view.document_runs()}
+        doc = view.text.document()
+        cur = QTextCursor(doc)
+        for pos in range(1, doc.characterCount()):
+            cur.setPosition(pos)
+            f = cur.charFormat()
+            kind = KINDS[int(f.property(KIND_PROPERTY))]
+            if kind != "plain":
+                assert f.foreground().color() == QColor(view.theme.kind_color(kind))
+        assert view.stats.new_tokens == sum(len(e.emitted_ids) for e in evs) <= 24
+    assert "accepted" in kinds_seen and ({"correction", "bonus"} & kinds_seen)
+    # greedy: speculative lanes must reproduce the baseline, and say so
+    assert win.lane_by_id["L1"].badge.text() == "baseline"
+    for lid in ("L2", "L3"):
+        assert "identical to baseline" in win.lane_by_id[lid].badge.text()
+    # results table: three rows, a winner, speedup vs baseline
+    assert win.results.table.rowCount() == 3 and win.results.winner is not None
+    assert "faster" in win.results.summary.text() or "Baseline wins" in win.results.summary.text()
+    # plots got the lanes' data and telemetry
+    assert all(win.plots.buffer_len(lid) == len(win.collected[lid]) for lid in win.lane_by_id)
+    qtbot.waitUntil(lambda: len(win.plots.tele) > 0, timeout=5000)
+    win.plots.redraw(force=True)
+    assert "tok/s" in win.plots.show_crosshair(0.5)
+
+
+def test_export_json_matches_bench_schema(qtbot, win, tmp_path):
+    from app.core.report import RUN_KEYS
+
+    if not win.done_stats:
+        _run(qtbot, win)
+    p = win.export_json(str(tmp_path / "run.json"))
+    doc = json.loads(open(p, encoding="utf-8").read())
+    assert {"target", "device", "dtype", "runs", "summary", "sampling", "telemetry"} <= set(doc)
+    assert len(doc["runs"]) == 3
+    for r in doc["runs"]:
+        assert set(RUN_KEYS) <= set(r)
+        assert isinstance(r["output_ids"], list) and r["new_tokens"] == len(r["output_ids"])
+    base = next(r for r in doc["runs"] if r["setup"] == "baseline")
+    assert base["speedup"] == pytest.approx(1.0)
+    assert all(r["identical_to_baseline"] is True for r in doc["runs"])
+    assert {"setup", "tokens_per_s", "speedup", "acceptance_rate", "mean_accepted_len", "theoretical_speedup"} <= set(doc["summary"][0])
+    assert isinstance(doc["telemetry"], list) and doc["telemetry"] and "host" in doc["telemetry"][0]
+    csv = win.export_csv(str(tmp_path / "run.csv"))
+    lines = open(csv, encoding="utf-8").read().splitlines()
+    assert lines[0].startswith("lane,setup") and len(lines) == 4
+    assert win.save_plots_png(str(tmp_path / "plots.png")) and (tmp_path / "plots.png").stat().st_size > 5000
+    assert win.save_window_png(str(tmp_path / "win.png")) and (tmp_path / "win.png").stat().st_size > 5000
+
+
+def test_failing_lane_shows_error_while_the_other_finishes(qtbot, win):
+    win.set_setups(["baseline", "draft:no-such-engine,k=3"])
+    win.max_tok_spin.setValue(12)
+    _run(qtbot, win)
+    ok, bad = win.lane_by_id["L1"], win.lane_by_id["L2"]
+    assert ok.state == "done" and ok.stats.new_tokens == 12
+    assert bad.state == "error" and not bad.error.isHidden() and "no-such-engine" in bad.error.text()
+    assert win.results.table.rowCount() == 1 and "Lane 2" in win.results.summary.text()
+
+
+def test_stop_cancels_within_a_step(qtbot, win):
+    win.set_setups(["baseline", "ngram:n=2,k=4"])
+    win.max_tok_spin.setValue(2000)
+    win.collected.clear()
+    win.run()
+    qtbot.waitUntil(lambda: sum(len(v) for v in win.collected.values()) >= 5, timeout=60_000)
+    with qtbot.waitSignal(win.runEnded, timeout=20_000):
+        win.stop()
+    states = {lid: v.state for lid, v in win.lane_by_id.items()}
+    assert "cancelled" in states.values() and "running" not in states.values(), states
+    assert all((v.stats is None or v.stats.new_tokens < 2000) for v in win.lane_by_id.values())
+    assert not win.running and win.run_btn.isEnabled()
+
+
+def test_killed_worker_is_reported_and_the_next_run_restarts_it(qtbot, win):
+    win.set_setups(["baseline"])
+    win.max_tok_spin.setValue(2000)
+    win.collected.clear()
+    win.run()
+    qtbot.waitUntil(lambda: len(win.collected.get("L1", [])) >= 3, timeout=60_000)
+    old_pid = win.bridge.pid
+    with qtbot.waitSignal(win.runEnded, timeout=20_000):
+        win.bridge.kill()
+    v = win.lane_by_id["L1"]
+    assert v.state == "error" and "worker process died" in v.error.text()
+    assert v.acc.new_tokens >= 3  # what was received stays on screen
+    assert v.text.toPlainText()
+    win.max_tok_spin.setValue(6)
+    _run(qtbot, win)
+    assert win.lane_by_id["L1"].state == "done" and win.bridge.pid != old_pid
+    assert not math.isnan(win.lane_by_id["L1"].stats.tokens_per_s)
