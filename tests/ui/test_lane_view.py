@@ -198,7 +198,13 @@ def test_10k_token_stream_keeps_gui_responsive(qtbot):
     print(
         f"\n10k stream: {elapsed:.2f} s, worst heartbeat gap {worst * 1000:.0f} ms, token-to-screen latency max {view.latency_max_s * 1000:.0f} ms mean {view.latency_mean_s * 1000:.1f} ms, plot points kept {plots.buffer_len('L1')}"
     )
-    assert worst < 0.25, f"GUI stalled {worst * 1000:.0f} ms"
+    # This stream is ~40x faster than any real model, so the loop is busy; seen here: gaps p50 25-40 ms,
+    # p99 127-139 ms, max 146-451 ms (the max once on a loaded 2-core machine). A repaint whose cost grows
+    # with the text (the regression this guards against) pushes the median and the max into seconds.
+    qs = sorted(gaps)
+    print("heartbeat gaps ms p50/p90/p99/max", [round(1000 * qs[int(q * (len(qs) - 1))]) for q in (0.5, 0.9, 0.99, 1.0)])
+    assert qs[len(qs) // 2] < 0.1, f"GUI median heartbeat gap {qs[len(qs) // 2] * 1000:.0f} ms"
+    assert worst < 1.0, f"GUI stalled {worst * 1000:.0f} ms"
     assert view.latency_max_s < 2.0  # synthetic overload (~3000 steps/s); real runs see ~tens of ms
     assert plots.buffer_len("L1") <= 2048  # bounded ring
     plots.redraw(force=True)
