@@ -318,6 +318,14 @@ def render_summary(doc: dict) -> str:
     return head + "\n" + table
 
 
+def cmd_worker_stats(args) -> int:
+    from app.worker.probe import measure
+
+    figures = measure(args.target, args.pings)
+    print(format_table(["measure", "value"], [[k, str(v)] for k, v in figures.items()]))
+    return 0
+
+
 # --- entry ----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdeck", description="Compare LLM decoding setups side by side (speculative decoding you can see).")
@@ -354,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="convert again even if cached")
     c.add_argument("--quiet", action="store_true")
     c.set_defaults(func=cmd_convert)
+
+    w = sub.add_parser("worker-stats", help="measure worker start-up, event latency and cancel latency")
+    w.add_argument("--target", default="smollm2-135m-instruct")
+    w.add_argument("--pings", type=int, default=500)
+    w.set_defaults(func=cmd_worker_stats)
 
     sub.add_parser("telemetry", help="print GPU/CPU telemetry samples (NVML, psutil)", add_help=False)
     sub.add_parser("gui", help="open the desktop app (default)", add_help=False)

@@ -126,10 +126,15 @@ class HFEngine:
                 fix=f"the cache may be corrupt: run `python -m app convert {self.name} --force`",
             ) from None
         self.model.eval()
-        self.load_s = time.perf_counter() - t0
-        progress(f"load {self.name}", 1, 1, "")
         cfg = self.model.config
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.packed_linears = 0
+        if self.device == "cpu" and self.torch_dtype == torch.float32:
+            from app.engines.cpu_kernels import pack_linears
+
+            self.packed_linears = pack_linears(self.model)
+        self.load_s = time.perf_counter() - t0
+        progress(f"load {self.name}", 1, 1, "")
         eos = self.model.generation_config.eos_token_id
         if eos is None:
             eos = cfg.eos_token_id
@@ -178,6 +183,7 @@ class HFEngine:
         self.folder = None
         self.load_s = 0.0
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.packed_linears = 0
         eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         return self
