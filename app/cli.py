@@ -223,7 +223,7 @@ def cmd_bench(args) -> int:
                 print(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s", file=sys.stderr)
         common = dict(target=args.target, sampling=sampling, mode=args.mode, chat=not args.no_chat, device=args.device, dtype=args.dtype)
         if args.warmup > 0:
-            warm = tuple(LaneSpec(f"w{i}", s, prompts[0].id, prompts[0].prompt, group="warmup", record=False) for i, s in enumerate(labels))
+            warm = tuple(LaneSpec(f"w{i}", s, prompts[0].id, prompts[0].prompt, group="warmup") for i, s in enumerate(labels))
             client.send(RunLanes(run_id="warmup", lanes=warm, **{**common, "sampling": Sampling(0.0, 1.0, 0, 0, args.warmup)}))
             _, errs = _collect(client, "warmup", on_event)
             if errs:
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if not argv or argv[0] == "gui" or argv[0].startswith("--preset"):
+    if not argv or argv[0] == "gui" or (argv[0].startswith("--") and argv[0] not in ("--help", "--version")):
         from app.ui.main import main as gui_main
 
         return gui_main(argv[1:] if argv and argv[0] == "gui" else argv)
@@ -386,6 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return telemetry_main(argv[1:])
     parser = build_parser()
+    if argv[0] == "--version":
+        from app import __version__
+
+        print(f"specdeck {__version__}")
+        return 0
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

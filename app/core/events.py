@@ -40,7 +40,8 @@ class StepEvent:
             a token that completes no character has an empty piece.
         rejected_pieces: decoded text of each rejected draft token (display only).
         draft_probs: q(d_i) for each drafted token, when known.
-        target_probs: p(d_i) for each drafted token, then p(target token), when known.
+        target_probs: the target's probability of each accepted draft, of the first rejected draft (if any),
+            then of the target token, when known.
         t_s: seconds since the lane's decode started, at the end of this step (lane clock).
         emitted_ids: ids emitted this step (a_t accepted drafts + target token, possibly truncated).
         drafted_count: k_t when a backend reports how many tokens it drafted but not which (TensorRT-LLM's

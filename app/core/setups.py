@@ -3,7 +3,7 @@
 Grammar (see DESIGN.md)::
 
     baseline
-    draft:<engine>[,k=4][,schedule=constant|heuristic]
+    draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P]
     ngram[:n=3,k=8]
     hf-assisted:<engine>[,k=N]
     hf-lookup[:k=10]
@@ -33,7 +33,7 @@ __all__ = [
 GRAMMAR = (
     "setup grammar:\n"
     "  baseline\n"
-    "  draft:<engine>[,k=4][,schedule=constant|heuristic]\n"
+    "  draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P]\n"
     "  ngram[:n=3,k=8]\n"
     "  hf-assisted:<engine>[,k=N]\n"
     "  hf-lookup[:k=10]\n"
@@ -56,16 +56,22 @@ class Baseline:
 
 @dataclass(frozen=True)
 class DraftModel:
-    """A small draft model proposes k tokens per step."""
+    """A small draft model proposes up to k tokens per step.
+
+    stop: confidence stop — drafting ends early after a token whose draft probability is below `stop`
+    (0 = off; transformers' assisted generation uses 0.4 by default).
+    """
 
     engine: str
     k: int = 4
     schedule: Literal["constant", "heuristic"] = "constant"
+    stop: float = 0.0
 
     @property
     def label(self) -> str:
         s = f"draft:{self.engine},k={self.k}"
-        return s + (",schedule=heuristic" if self.schedule == "heuristic" else "")
+        s += ",schedule=heuristic" if self.schedule == "heuristic" else ""
+        return s + (f",stop={self.stop:g}" if self.stop else "")
 
     @property
     def draft_engine(self) -> str | None:
@@ -188,7 +194,7 @@ def parse_setup(text: str) -> Setup:
         engine = parts[0].strip()
         if not engine or "=" in engine:
             raise _bad(text, f"{method} needs an engine name first, e.g. {method}:qwen2.5-coder-0.5b-instruct")
-        allowed = {"k": "int", "schedule": "str"} if method == "draft" else {"k": "int"}
+        allowed = {"k": "int", "schedule": "str", "stop": "float"} if method == "draft" else {"k": "int"}
         kv = _params(text, parts[1:], allowed)
         if method == "hf-assisted":
             return HFAssisted(engine=engine, k=_int_param(text, "k", kv["k"]) if "k" in kv else None)
@@ -196,7 +202,15 @@ def parse_setup(text: str) -> Setup:
         schedule = kv.get("schedule", "constant")
         if schedule not in ("constant", "heuristic"):
             raise _bad(text, f"schedule must be constant or heuristic, got {schedule!r}")
-        return DraftModel(engine=engine, k=k, schedule=schedule)  # type: ignore[arg-type]
+        stop = 0.0
+        if "stop" in kv:
+            try:
+                stop = float(kv["stop"])
+            except ValueError:
+                raise _bad(text, f"stop must be a number, got {kv['stop']!r}") from None
+            if not 0.0 <= stop < 1.0:
+                raise _bad(text, f"stop must be in [0, 1), got {stop}")
+        return DraftModel(engine=engine, k=k, schedule=schedule, stop=stop)  # type: ignore[arg-type]
     if method == "ngram":
         kv = _params(text, rest.split(",") if rest.strip() else [], {"n": "int", "k": "int"})
         return NGram(

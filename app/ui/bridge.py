@@ -76,7 +76,7 @@ class WorkerBridge(QObject):
             return
         self._starting = True
         self.state.emit("starting")
-        client = self._client_factory(on_event=self._on_event)
+        client = self._client_factory(on_event=self._on_event, queue_events=False)
         self.client = client
         threading.Thread(target=self._start, args=(client,), daemon=True, name="specdeck-worker-start").start()
 
@@ -151,14 +151,6 @@ class WorkerBridge(QObject):
     @Slot()
     def _pump(self) -> None:
         self._wake_pending.clear()
-        # the client also queues every event for blocking readers; nobody reads that queue here
-        c = self.client
-        if c is not None and not self._starting:
-            try:
-                while True:
-                    c.events.get_nowait()
-            except Exception:
-                pass
         # time-sliced: a burst of thousands of events must not hold the event loop (repaints, input)
         deadline = time.monotonic() + self.slice_s
         while self._inbox:

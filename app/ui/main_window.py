@@ -663,7 +663,7 @@ class MainWindow(QMainWindow):
         self.save_settings()
         chat = self.chat_check.isChecked()
         if self.warmup_check.isChecked():
-            warm = tuple(LaneSpec(f"warm-{s.lane_id}", s.setup, s.prompt_id, s.prompt, group="warmup", record=False) for s in specs)
+            warm = tuple(LaneSpec(f"warm-{s.lane_id}", s.setup, s.prompt_id, s.prompt, group="warmup") for s in specs)
             wsamp = Sampling(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed, min(4, sampling.max_new_tokens))
             self.bridge.run(RunLanes(f"{run_id}-warmup", target, warm, wsamp, mode=mode, chat=chat))
         self.bridge.run(RunLanes(run_id, target, tuple(specs), sampling, mode=mode, chat=chat))

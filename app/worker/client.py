@@ -52,10 +52,13 @@ class WorkerClient:
 
     Args:
         on_event: called on the draining thread with each event (the Qt bridge re-emits it as a signal).
+        queue_events: also put events on `events` for blocking readers (`get`); a sink that only uses
+            `on_event` passes False so nothing accumulates (start-up events are queued regardless).
     """
 
-    def __init__(self, on_event: Callable[[object], None] | None = None) -> None:
+    def __init__(self, on_event: Callable[[object], None] | None = None, queue_events: bool = True) -> None:
         self.on_event = on_event
+        self.queue_events = queue_events
         self.events: queue.Queue = queue.Queue()
         self.proc: mp.process.BaseProcess | None = None
         self._cmd = None
@@ -141,7 +144,8 @@ class WorkerClient:
             return
 
     def _deliver(self, ev) -> None:
-        self.events.put(ev)
+        if self.queue_events or self.ready is None:
+            self.events.put(ev)
         if self.on_event is not None:
             try:
                 self.on_event(ev)

@@ -41,7 +41,6 @@ class LaneSpec:
     prompt: str
     repeat: int = 0
     group: str = ""  # lanes of one group are interleaved together; groups run one after another
-    record: bool = True  # False for warm-up lanes
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ def test_every_setup_matches_the_baseline_greedy_tiny(tiny, prompt):
         "draft k=1": DraftModelDrafter(draft, 1),
         "draft k=4": DraftModelDrafter(draft, 4),
         "draft heuristic": DraftModelDrafter(draft, 2, "heuristic"),
+        "draft confidence stop": DraftModelDrafter(draft, 6, "constant", stop=0.5),
         "self-draft": DraftModelDrafter(target, 3),
         "ngram": NGramDrafter(3, 8),
         "ngram n=1 k=2": NGramDrafter(1, 2),
@@ -90,6 +91,20 @@ def test_heuristic_schedule_adapts_k(tiny):
     for _ in range(5):
         d.feedback(3, 0)
     assert d.k == 1
+
+
+def test_confidence_stop_ends_drafts_at_an_unsure_token(tiny):
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[2], chat=False)
+    steps, st = run(target, DraftModelDrafter(draft, 8, stop=0.999), ids, Sampling(max_new_tokens=30))
+    full = [e for e in steps if e.drafted_ids]
+    assert full and st.mean_k < 8
+    for e in full:
+        q = e.draft_probs
+        assert all(p >= 0.999 for p in q[:-1])  # every token but the last was confident
+    for e in full[:-2]:  # (near the token limit the budget can cut a draft too)
+        assert len(e.drafted_ids) == 8 or e.draft_probs[-1] < 0.999  # full length, or stopped at an unsure token
+    assert any(len(e.drafted_ids) < 8 for e in full)
 
 
 def test_token_limit_and_budgeted_drafts(tiny):
