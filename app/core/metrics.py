@@ -94,7 +94,7 @@ class LaneStats:
 
     @property
     def mean_k(self) -> float:
-        return self.drafted / self.decode_steps if self.decode_steps else 0.0
+        return self.drafted / self.steps if self.steps else 0.0
 
     @property
     def draft_step_s(self) -> float:
@@ -103,7 +103,7 @@ class LaneStats:
 
     @property
     def decode_steps(self) -> int:
-        """Steps after the prefill (the prefill forward yields the first token and counts as step 0)."""
+        """Steps after step 0 (whose target forward is the prompt's prefill)."""
         return max(0, self.steps - 1)
 
     @property
@@ -157,8 +157,11 @@ class LaneAccumulator:
     t_wall_s: float = 0.0
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
+    first: StepEvent | None = None
 
     def add(self, ev: StepEvent) -> None:
+        if self.first is None:
+            self.first = ev
         self.steps += 1
         k = ev.k
         self.drafted += k
@@ -245,8 +248,7 @@ def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> li
         paired = [(r, base[(r.prompt_id, r.repeat)]) for r in rs if (r.prompt_id, r.repeat) in base]
         speedup = (sum(b.wall_s for _, b in paired) / sum(r.wall_s for r, _ in paired)) if paired else None
         alpha = accepted / drafted if drafted else None
-        dsteps = sum(r.decode_steps for r in rs)
-        mean_k = drafted / dsteps if dsteps else 0.0
+        mean_k = drafted / steps if steps else 0.0
         fwd = sum(r.draft_forwards for r in rs)
         c = None
         if base_step and drafted:

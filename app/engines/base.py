@@ -17,8 +17,9 @@ class Session(Protocol):
         """Tokens currently in the cache."""
         ...
 
-    def forward(self, ids: list[int], last_only: bool = False) -> Any:
-        """Append `ids` to the cache and return float32 logits, [len(ids), vocab] (or [1, vocab] if last_only)."""
+    def forward(self, ids: list[int], last_only: bool = False, keep: int = 0) -> Any:
+        """Append `ids` to the cache and return float32 logits, [len(ids), vocab], or of the last `keep`
+        positions ([1, vocab] if last_only)."""
         ...
 
     def crop(self, length: int) -> None:

@@ -59,8 +59,9 @@ class HFSession:
         return self._len
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], last_only: bool = False) -> torch.Tensor:
-        """Append `ids` to the cache; float32 logits [len(ids), vocab] (or [1, vocab] when last_only)."""
+    def forward(self, ids: list[int], last_only: bool = False, keep: int = 0) -> torch.Tensor:
+        """Append `ids` to the cache; float32 logits [len(ids), vocab], or of the last `keep` positions
+        ([1, vocab] when last_only)."""
         e = self.engine
         x = torch.tensor([ids], dtype=torch.long, device=e.device)  # [1, n]
         pos = torch.arange(self._len, self._len + len(ids), device=e.device)
@@ -69,7 +70,7 @@ class HFSession:
             past_key_values=self.cache,
             use_cache=True,
             cache_position=pos,
-            logits_to_keep=1 if last_only else 0,
+            logits_to_keep=1 if last_only else keep,
         )
         self._len += len(ids)
         return out.logits[0].float()  # [n or 1, vocab]

@@ -1,13 +1,16 @@
 """The speculative decoding loop: a generator yielding one StepEvent per step, then RunDone(stats).
 
 Each step: the drafter proposes k ≤ budget−1 tokens; the target runs one forward over
-[last token, d_1 … d_k] and the verifier keeps a_t of them plus one target token (correction or bonus);
-the target cache is cropped back past the rejected drafts. The baseline is the same loop with no drafter,
-so every setup is timed the same way.
+[pending tokens, d_1 … d_k] and the verifier keeps a_t of them plus one target token (correction or bonus);
+the target cache is cropped back past the rejected drafts. The pending tokens are the whole prompt in step 0
+(so the prefill forward verifies the first drafts too, as transformers' assisted generation does) and the last
+emitted token afterwards. The baseline is the same loop with no drafter, so every setup is timed the same way.
 
-Timing (seconds, lane clock): `prefill_s` is the prompt forward that yields the first token; each step's
-`t_draft_s`/`t_verify_s`/`t_wall_s` wrap its phases (synchronising CUDA first). `wall_s` is the whole
-generation, prefill included (Spec-Bench's convention); `ttft_s` is lane start → first token.
+Timing (seconds, lane clock): each step's `t_draft_s`/`t_verify_s`/`t_wall_s` wrap its phases (synchronising
+CUDA first). Step 0 (prompt forward, with the draft's own prefill) is reported as `prefill_s`; `t_draft_s`,
+`t_verify_s` and `draft_forwards` of LaneStats count the later steps only, so per-step costs and c are not
+skewed by prompt length. `wall_s` is the whole generation, prefill included (Spec-Bench's convention);
+`ttft_s` is lane start → first token.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from app.core.events import RunDone, StepEvent
 from app.core.metrics import LaneAccumulator, LaneStats
 from app.core.setups import Sampling
 from app.spec.drafters import DraftContext, Drafter, NoDrafter
-from app.spec.verifier import sample, verify_greedy, verify_sampling, warp
+from app.spec.verifier import verify_greedy, verify_sampling, warp
 
 __all__ = ["run_lane", "make_generator"]
 
@@ -71,50 +74,28 @@ def run_lane(
     out: list[int] = []
     text: list[str] = []
     stop_reason = "length"
-
-    def choose(logits: torch.Tensor) -> tuple[int, float]:
-        if greedy:
-            tok = int(logits.argmax())
-            return tok, float(logits.softmax(-1)[tok])
-        p = warp(logits[None].cpu(), sampling.temperature, sampling.top_k, sampling.top_p)[0]
-        tok = sample(p, gen)
-        return tok, float(p[tok])
-
-    # -- prefill: the prompt forward yields the first token ------------------------------------------
-    t_lane0 = clock()
     tsess = target.new_session()
-    logits = tsess.forward(list(prompt_ids), last_only=True)[-1]
-    tok, ptok = choose(logits)
-    drafter.start(list(prompt_ids))
-    sync()
-    prefill_s = clock() - t_lane0
-    piece = detok.push(tok)
-    seq.append(tok)
-    out.append(tok)
-    text.append(piece)
-    ev = StepEvent(lane_id, 0, (), 0, tok, "baseline", 0.0, prefill_s, prefill_s, (tok,), (piece,), (), None, (ptok,), prefill_s)
-    acc.add(ev)
-    yield ev
-    ttft_s = prefill_s
+    pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
+    lane_t = 0.0
+    prefill_s = 0.0
     draft_forwards = 0
-    if tok in eos:
-        stop_reason = "eos"
-    lane_t = prefill_s
-    step = 1
-    while stop_reason == "length" and len(out) < sampling.max_new_tokens:
-        if cancelled():
+    step = 0
+    while len(out) < sampling.max_new_tokens:
+        if step > 0 and cancelled():
             stop_reason = "cancelled"
             break
         t0 = clock()
+        if step == 0:
+            drafter.start(list(prompt_ids))
         remaining = sampling.max_new_tokens - len(out)
         ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos)
         prop = drafter.propose(ctx)
         drafted = prop.ids[: max(0, remaining - 1)]
+        k = len(drafted)
         sync()
         t1 = clock()
         base_len = tsess.length
-        logits = tsess.forward([seq[-1], *drafted])  # [k + 1, V]
-        k = len(drafted)
+        logits = tsess.forward([*pending, *drafted], keep=k + 1)  # [k + 1, V]
         if greedy:
             verdict = verify_greedy(logits, drafted)
             probs = logits.softmax(-1)
@@ -123,11 +104,10 @@ def run_lane(
             q = prop.q[:k].cpu() if prop.q is not None else None
             verdict = verify_sampling(probs, q, drafted, gen)
         a = verdict.accepted
-        tsess.crop(base_len + 1 + a)
+        tsess.crop(base_len + len(pending) + a)
         sync()
         t2 = clock()
         drafter.feedback(k, a)
-        draft_forwards += prop.forwards
         # emitted: accepted drafts then the target token; stop at the first EOS
         emitted = [*drafted[:a], verdict.target_id]
         target_id: int | None = verdict.target_id
@@ -142,14 +122,23 @@ def run_lane(
         rejected_pieces = detok.peek(drafted[a:]) if a < k else []
         if target_id is not None:
             pieces.append(detok.push(target_id))
-        t_probs = [float(probs[i, drafted[i]]) for i in range(min(k, a + 1))]
+        # p(accepted drafts), p(first rejected draft), p(target token): one gather
+        rows = list(range(min(k, a + 1)))
+        cols = drafted[: len(rows)]
         if target_id is not None:
-            t_probs.append(float(probs[a, target_id]))
+            rows.append(a)
+            cols.append(target_id)
+        t_probs = probs[rows, cols].tolist() if rows else []
         seq.extend(emitted)
         out.extend(emitted)
         text.extend(pieces)
+        pending = [emitted[-1]]
         t3 = clock()
         lane_t += t3 - t0
+        if step == 0:
+            prefill_s = t3 - t0
+        else:
+            draft_forwards += prop.forwards
         ev = StepEvent(
             lane_id=lane_id,
             step=step,
@@ -170,20 +159,23 @@ def run_lane(
         acc.add(ev)
         yield ev
         step += 1
+        if stop_reason == "eos":
+            break
+    first = acc.first
     stats = LaneStats(
         setup=setup,
         prompt_id=prompt_id,
         repeat=repeat,
         new_tokens=len(out),
         wall_s=lane_t,
-        ttft_s=ttft_s,
+        ttft_s=prefill_s,
         prefill_s=prefill_s,
         steps=acc.steps,
         drafted=acc.drafted,
         accepted=acc.accepted,
         draft_forwards=draft_forwards,
-        t_draft_s=acc.t_draft_s,
-        t_verify_s=acc.t_verify_s - prefill_s,  # decode steps only; the prefill is reported apart
+        t_draft_s=acc.t_draft_s - (first.t_draft_s if first else 0.0),  # decode steps only
+        t_verify_s=acc.t_verify_s - (first.t_verify_s if first else 0.0),
         output_ids=tuple(out),
         output_text="".join(text),
         per_position_drafted=tuple(acc.per_position_drafted),
