@@ -41,8 +41,8 @@ bench: deps models-qwen
 	$(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=4 --setup ngram \
 	  --setup hf-assisted:$(QWEN_DRAFT) --setup hf-lookup --suite specbench-mini --max-new-tokens 96
 
-screenshots: deps models-test deb-gui
-	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots
+screenshots: deps models-qwen deb-gui
+	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots --max-new-tokens 48
 
 lint: deps
 	$(BIN)/ruff check app tests

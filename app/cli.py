@@ -270,7 +270,14 @@ def cmd_bench(args) -> int:
         dtype,
         stats,
         sampling={"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": sampling.max_new_tokens},
-        extra={"mode": args.mode, "repeats": args.repeats, "prompts": len(prompts), "bench_wall_s": round(time.perf_counter() - t_start, 2), "errors": [e.message for e in errors]},
+        extra={
+            "mode": args.mode,
+            "repeats": args.repeats,
+            "prompts": len(prompts),
+            "categories": {p.id: p.category for p in prompts if p.category},
+            "bench_wall_s": round(time.perf_counter() - t_start, 2),
+            "errors": [e.message for e in errors],
+        },
     )
     if args.json:
         text = json.dumps(doc, indent=1, ensure_ascii=False)
@@ -315,7 +322,29 @@ def render_summary(doc: dict) -> str:
         ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"],
         rows,
     )
-    return head + "\n" + table
+    by_cat = render_categories(doc)
+    return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
+
+
+def render_categories(doc: dict) -> str:
+    """Speedup per prompt category (Spec-Bench style), when the prompts have categories."""
+    cats = doc.get("categories") or {}
+    names = list(dict.fromkeys(cats.values()))
+    if len(names) < 2:
+        return ""
+    walls: dict[tuple[str, str], float] = {}
+    for r in doc["runs"]:
+        c = cats.get(r["prompt_id"])
+        if c is not None:
+            walls[(r["setup"], c)] = walls.get((r["setup"], c), 0.0) + r["wall_s"]
+    rows = []
+    for s in doc["summary"]:
+        row = [s["setup"]]
+        for c in names:
+            b, w = walls.get(("baseline", c)), walls.get((s["setup"], c))
+            row.append(f"{b / w:.2f}x" if b and w else "–")
+        rows.append(row)
+    return format_table(["setup", *names], rows)
 
 
 def cmd_worker_stats(args) -> int:

@@ -50,8 +50,10 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
             "--suite", "quick", "--max-new-tokens", "12", "--mode", "interleaved", "--no-chat", "--json", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
     assert "speedup" in r.stdout and "theory" in r.stdout and f"draft:{d},k=3" in r.stdout
+    assert "speedup by category" in r.stdout and "editing" in r.stdout
     doc = json.loads(out.read_text())
     assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 12
+    assert doc["categories"] == {"code-1": "coding", "edit-1": "editing", "qa-1": "qa"}
     assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours and HF's reference lanes, greedy fp32
 
 
