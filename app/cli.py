@@ -36,7 +36,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
 
     def line(cells) -> str:
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
 
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 

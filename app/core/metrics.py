@@ -90,7 +90,7 @@ class LaneStats:
     @property
     def per_position_acceptance(self) -> tuple[float, ...]:
         """Fraction of steps that drafted position i (1-based i = index + 1) whose draft was accepted."""
-        return tuple(a / d if d else float("nan") for a, d in zip(self.per_position_accepted, self.per_position_drafted))
+        return tuple(a / d if d else float("nan") for a, d in zip(self.per_position_accepted, self.per_position_drafted, strict=False))
 
     @property
     def mean_k(self) -> float:
@@ -136,7 +136,7 @@ class LaneStats:
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     """0-based index of the first differing token, or None when the sequences are identical."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     if len(a) != len(b):

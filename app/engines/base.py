@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["Engine", "Session", "IncrementalDetokenizer", "PROBE_TEXT", "check_tokenizers"]
+__all__ = ["Engine", "Session", "IncrementalDetokenizer", "TokenizerMixin", "PROBE_TEXT", "check_tokenizers"]
 
 PROBE_TEXT = "def fib(n):\n    return n if n < 2 else fib(n-1) + fib(n-2)  # héllo, 世界 🚀"
 
@@ -105,3 +105,29 @@ def check_tokenizers(target_name: str, target_tok, draft_name: str, draft_tok) -
             f"draft {draft_name!r} and target {target_name!r} do not share a tokenizer ({what})",
             fix="pick a draft of the target's family (e.g. qwen2.5-coder-0.5b-instruct for qwen2.5-coder-1.5b-instruct)",
         )
+
+
+class TokenizerMixin:
+    """Prompt encoding and decoding shared by backends that hold an HF tokenizer (`self.tokenizer`) and a
+    manifest (`self.manifest`, for its chat_template flag)."""
+
+    tokenizer: Any
+    manifest: Any
+
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        tok = self.tokenizer
+        if chat and self.manifest.chat_template and getattr(tok, "chat_template", None):
+            out = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            if isinstance(out, dict) or hasattr(out, "input_ids"):
+                out = out["input_ids"]
+            return [int(i) for i in out]
+        return [int(i) for i in tok.encode(text, add_special_tokens=True)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self.decode, prompt_ids)
+
+    def probe_ids(self) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))

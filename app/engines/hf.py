@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from app.core.errors import EngineError
-from app.engines.base import PROBE_TEXT, IncrementalDetokenizer
+from app.engines.base import TokenizerMixin
 from app.engines.cache import ProgressFn, prepare
 from app.engines.registry import EngineManifest
 
@@ -84,7 +84,7 @@ class HFSession:
             self._len = length
 
 
-class HFEngine:
+class HFEngine(TokenizerMixin):
     """A transformers causal LM plus its tokenizer, loaded from a manifest (converting GGUF once).
 
     Args:
@@ -144,24 +144,6 @@ class HFEngine:
             ids.add(self.tokenizer.eos_token_id)
         self.eos_ids = frozenset(int(i) for i in ids)
 
-    # --- tokenizer -------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
-        tok = self.tokenizer
-        if chat and self.manifest.chat_template and getattr(tok, "chat_template", None):
-            out = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-            if isinstance(out, dict) or hasattr(out, "input_ids"):
-                out = out["input_ids"]
-            return [int(i) for i in out]
-        return [int(i) for i in tok.encode(text, add_special_tokens=True)]
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self.decode, prompt_ids)
-
-    def probe_ids(self) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
 
     def new_session(self) -> HFSession:
         return HFSession(self)

@@ -54,7 +54,7 @@ from app.core.errors import EngineError
 from app.core.events import RunDone, StepEvent
 from app.core.metrics import LaneStats
 from app.core.setups import Sampling
-from app.engines.base import PROBE_TEXT, IncrementalDetokenizer
+from app.engines.base import TokenizerMixin
 from app.engines.registry import EngineManifest
 
 __all__ = [
@@ -694,7 +694,7 @@ def _tolist(x) -> list:
     return x.tolist() if hasattr(x, "tolist") else list(x)
 
 
-class TRTLLMEngine:
+class TRTLLMEngine(TokenizerMixin):
     """A TensorRT-LLM target plus its speculative config, from a `backend = "trtllm"` manifest.
 
     Runs only as a `trtllm:<engine>` lane (`run_lane`); it has no step-by-step Session, so it cannot be the
@@ -812,24 +812,6 @@ class TRTLLMEngine:
             kw["medusa_choices"] = [list(x) for x in c.medusa_choices or ()]
         self.runner = ModelRunnerCpp.from_dir(engine_dir=c.engine_dir, **kw)
 
-    # --- tokenizer -------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
-        tok = self.tokenizer
-        if chat and self.manifest.chat_template and getattr(tok, "chat_template", None):
-            out = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-            if isinstance(out, dict) or hasattr(out, "input_ids"):
-                out = out["input_ids"]
-            return [int(i) for i in out]
-        return [int(i) for i in tok.encode(text, add_special_tokens=True)]
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self.decode, prompt_ids)
-
-    def probe_ids(self) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
 
     def sync(self) -> None:
         _sync()

@@ -31,8 +31,8 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    from app.core.events import LogEvent, RunError
     from app.core.errors import SpecDeckError
+    from app.core.events import LogEvent, RunError
     from app.worker.messages import Cancel, EnginesLoaded, LoadEngines, Ping, Pong, RunFinished, RunLanes, Shutdown, WorkerReady
 
     send_lock = threading.Lock()
