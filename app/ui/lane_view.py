@@ -58,7 +58,7 @@ def tokens_of_step(ev: StepEvent) -> list[Token]:
     """The tokens a step puts on screen, in order: accepted drafts, rejected drafts, then the target token."""
     nan = math.nan
     a = ev.accepted_count
-    k = len(ev.drafted_ids)
+    k = ev.k  # known even when a backend reports counts only (rejected ids unavailable)
     q = ev.draft_probs or ()
     p = ev.target_probs or ()
     has_target = ev.target_id is not None

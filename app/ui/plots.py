@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.core.events import StepEvent
+from app.core.metrics import LaneAccumulator
 from app.ui.theme import LIGHT, Theme
 
 __all__ = ["Ring", "PlotPanel"]
@@ -65,11 +66,7 @@ class _Lane:
         self.label = label
         self.color = color
         self.ring = Ring(capacity, 5)
-        self.tokens = 0
-        self.accepted = 0
-        self.drafted = 0
-        self.pos_drafted: list[int] = []
-        self.pos_accepted: list[int] = []
+        self.acc = LaneAccumulator()  # the same counts the lane header and the final stats use
         self.dirty = True
         self.tps_curve = None
         self.alpha_curve = None
@@ -271,18 +268,9 @@ class PlotPanel(QWidget):
         ln = self.lanes.get(ev.lane_id)
         if ln is None or self.t0 is None:
             return
-        k = len(ev.drafted_ids)
-        ln.tokens += len(ev.emitted_ids)
-        ln.accepted += ev.accepted_count
-        ln.drafted += k
-        while len(ln.pos_drafted) < k:
-            ln.pos_drafted.append(0)
-            ln.pos_accepted.append(0)
-        for i in range(k):
-            ln.pos_drafted[i] += 1
-            if i < ev.accepted_count:
-                ln.pos_accepted[i] += 1
-        ln.ring.append((t_recv - self.t0, ev.t_s, ln.tokens, ln.accepted, ln.drafted))
+        a = ln.acc
+        a.add(ev)
+        ln.ring.append((t_recv - self.t0, ev.t_s, a.new_tokens, a.accepted, a.drafted))
         ln.dirty = True
 
     def add_sample(self, sample) -> None:
@@ -374,9 +362,9 @@ class PlotPanel(QWidget):
             with np.errstate(divide="ignore", invalid="ignore"):
                 alpha = np.where(dd > 0, da / dd, np.nan)
             self._set(ln.alpha_curve, f"{i + 1}: {ln.label} α", x, alpha, ln.color, "")
-            if ln.pos_drafted:
-                pos = np.arange(1, len(ln.pos_drafted) + 1, dtype=float)
-                h = np.array(ln.pos_accepted, dtype=float) / np.maximum(np.array(ln.pos_drafted, dtype=float), 1.0)
+            if ln.acc.per_position_drafted:
+                pos = np.arange(1, len(ln.acc.per_position_drafted) + 1, dtype=float)
+                h = np.array(ln.acc.per_position_accepted, dtype=float) / np.maximum(np.array(ln.acc.per_position_drafted, dtype=float), 1.0)
                 ln.bars.setOpts(x=pos + ln.bar_offset, height=h)
                 self.setdata_calls += 1
         if self._tele_dirty:

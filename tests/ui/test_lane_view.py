@@ -210,3 +210,17 @@ def test_10k_token_stream_keeps_gui_responsive(qtbot):
     plots.redraw(force=True)
     assert plots.redraws > 0
     bridge.deleteLater()
+
+
+def test_counts_only_steps_keep_their_kinds():
+    """TensorRT-LLM's LLM API reports how many drafts it made, not which: the target token is still a correction."""
+    from app.core.events import StepEvent
+    from app.core.metrics import LaneAccumulator
+    from app.ui.lane_view import _K, tokens_of_step
+
+    ev = StepEvent("L", 3, (), 1, 9, "correction", 0.0, 0.1, 0.1, (5, 9), ("a", "b"), drafted_count=4)
+    toks = tokens_of_step(ev)
+    assert [t.kind for t in toks] == [_K["accepted"], _K["correction"]]
+    acc = LaneAccumulator()
+    acc.add(ev)
+    assert acc.drafted == 4 and acc.per_position_drafted == [1, 1, 1, 1] and acc.per_position_accepted == [1, 0, 0, 0]
