@@ -3,9 +3,9 @@
 Grammar (see DESIGN.md)::
 
     baseline
-    draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P]
+    draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,dtype=D]
     ngram[:n=3,k=8]
-    hf-assisted:<engine>[,k=N]
+    hf-assisted:<engine>[,k=N][,dtype=D]
     hf-lookup[:k=10]
     trtllm:<engine>
 """
@@ -19,6 +19,7 @@ from app.core.errors import SetupError
 
 __all__ = [
     "GRAMMAR",
+    "DRAFT_DTYPES",
     "Setup",
     "Baseline",
     "DraftModel",
@@ -33,9 +34,10 @@ __all__ = [
 GRAMMAR = (
     "setup grammar:\n"
     "  baseline\n"
-    "  draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P]\n"
+    "  draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,dtype=D]\n"
     "  ngram[:n=3,k=8]\n"
-    "  hf-assisted:<engine>[,k=N]\n"
+    "  hf-assisted:<engine>[,k=N][,dtype=D]\n"
+    "  (D, the draft's precision: float32 | bfloat16 | float16 | int8 (CPU); default: the target's)\n"
     "  hf-lookup[:k=10]\n"
     "  trtllm:<engine>          (a TensorRT-LLM engine with the speculative config of its manifest)"
 )
@@ -60,22 +62,29 @@ class DraftModel:
 
     stop: confidence stop — drafting ends early after a token whose draft probability is below `stop`
     (0 = off; transformers' assisted generation uses 0.4 by default).
+    dtype: the draft's precision (None: the target's). It never changes what is emitted, only acceptance and cost.
     """
 
     engine: str
     k: int = 4
     schedule: Literal["constant", "heuristic"] = "constant"
     stop: float = 0.0
+    dtype: str | None = None
 
     @property
     def label(self) -> str:
         s = f"draft:{self.engine},k={self.k}"
         s += ",schedule=heuristic" if self.schedule == "heuristic" else ""
-        return s + (f",stop={self.stop:g}" if self.stop else "")
+        s += f",stop={self.stop:g}" if self.stop else ""
+        return s + (f",dtype={self.dtype}" if self.dtype else "")
 
     @property
     def draft_engine(self) -> str | None:
         return self.engine
+
+    @property
+    def draft_dtype(self) -> str | None:
+        return self.dtype
 
 
 @dataclass(frozen=True)
@@ -100,14 +109,19 @@ class HFAssisted:
 
     engine: str
     k: int | None = None  # None: transformers' own defaults (num_assistant_tokens, confidence threshold)
+    dtype: str | None = None  # the assistant's precision (None: the target's)
 
     @property
     def label(self) -> str:
-        return f"hf-assisted:{self.engine}" + (f",k={self.k}" if self.k is not None else "")
+        return f"hf-assisted:{self.engine}" + (f",k={self.k}" if self.k is not None else "") + (f",dtype={self.dtype}" if self.dtype else "")
 
     @property
     def draft_engine(self) -> str | None:
         return self.engine
+
+    @property
+    def draft_dtype(self) -> str | None:
+        return self.dtype
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,8 @@ class TRTLLM:
     def draft_engine(self) -> str | None:
         return None
 
+
+DRAFT_DTYPES = ("float32", "bfloat16", "float16", "int8")
 
 Setup = Baseline | DraftModel | NGram | HFAssisted | HFLookup | TRTLLM
 
@@ -194,10 +210,13 @@ def parse_setup(text: str) -> Setup:
         engine = parts[0].strip()
         if not engine or "=" in engine:
             raise _bad(text, f"{method} needs an engine name first, e.g. {method}:qwen2.5-coder-0.5b-instruct")
-        allowed = {"k": "int", "schedule": "str", "stop": "float"} if method == "draft" else {"k": "int"}
+        allowed = {"k": "int", "schedule": "str", "stop": "float", "dtype": "str"} if method == "draft" else {"k": "int", "dtype": "str"}
         kv = _params(text, parts[1:], allowed)
+        dtype = kv.get("dtype")
+        if dtype is not None and dtype not in DRAFT_DTYPES:
+            raise _bad(text, f"dtype must be one of {', '.join(DRAFT_DTYPES)}, got {dtype!r}")
         if method == "hf-assisted":
-            return HFAssisted(engine=engine, k=_int_param(text, "k", kv["k"]) if "k" in kv else None)
+            return HFAssisted(engine=engine, k=_int_param(text, "k", kv["k"]) if "k" in kv else None, dtype=dtype)
         k = _int_param(text, "k", kv["k"]) if "k" in kv else 4
         schedule = kv.get("schedule", "constant")
         if schedule not in ("constant", "heuristic"):
@@ -210,7 +229,7 @@ def parse_setup(text: str) -> Setup:
                 raise _bad(text, f"stop must be a number, got {kv['stop']!r}") from None
             if not 0.0 <= stop < 1.0:
                 raise _bad(text, f"stop must be in [0, 1), got {stop}")
-        return DraftModel(engine=engine, k=k, schedule=schedule, stop=stop)  # type: ignore[arg-type]
+        return DraftModel(engine=engine, k=k, schedule=schedule, stop=stop, dtype=dtype)  # type: ignore[arg-type]
     if method == "ngram":
         kv = _params(text, rest.split(",") if rest.strip() else [], {"n": "int", "k": "int"})
         return NGram(

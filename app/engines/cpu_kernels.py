@@ -81,3 +81,84 @@ def pack_linears(model: torch.nn.Module) -> int:
     for mod, cname, _, p in replaced:
         setattr(mod, cname, p)
     return len(replaced)
+
+
+def int8_available() -> bool:
+    """Whether this torch build can run dynamically quantized int8 linears on this CPU (fbgemm / x86)."""
+    engines = set(torch.backends.quantized.supported_engines)
+    return bool(engines & {"fbgemm", "x86"})
+
+
+def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: float = 0.2) -> tuple[int, int, float]:
+    """Replace the nn.Linear layers of a CPU fp32 model by dynamically quantized int8 ones (weights int8 per output
+    channel, activations quantized per call by fbgemm), keeping in fp32 the fewest layers needed for the next-token
+    distributions on `probe_ids` to stay within total variation `max_tv` of fp32's (mean over positions). That
+    distance bounds what int8 can cost in acceptance: a sampled draft is accepted with probability 1 − TV(p, q).
+    Returns (int8 layers, fp32 layers kept, TV).
+
+    For draft models only: a draft's precision never changes what the target emits (the verifier decides), only how
+    often drafts are accepted, while its forward gets about 2x cheaper than the packed fp32 one on this CPU
+    (Qwen2.5-Coder-0.5B, 1 token: 55 ms against 111 ms).
+
+    Activations are quantized per tensor, so a layer whose input has outlier channels (typically the MLP's down
+    projection) loses resolution, and how much that matters end to end depends on the model: measured here, all-int8
+    Qwen2.5-Coder-0.5B is at TV 0.12 from fp32 (top-1 agreement 0.96 where fp32 is confident), SmolLM2-135M at 0.47
+    (0.59), 0.11 once its down, up and v projections stay fp32. So each layer's own error on the inputs it sees for
+    the probe ranks the layers, and the worst go back to fp32, an eighth of the remaining ones at a time, until the
+    distributions pass.
+    """
+    import warnings
+
+    import torch.ao.nn.quantized.dynamic as nnqd
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    linears = [(parent, cname, child) for parent in model.modules() for cname, child in parent.named_children() if type(child) is torch.nn.Linear]
+    if not linears:
+        return 0, 0, 1.0
+    inputs: dict[int, torch.Tensor] = {}
+
+    def grab(mod, args, out):
+        inputs[id(mod)] = args[0].detach().reshape(-1, mod.in_features)
+
+    x_ids = torch.tensor([probe_ids], dtype=torch.long)
+    hooks = [child.register_forward_hook(grab) for _, _, child in linears]
+    try:
+        with torch.inference_mode():
+            ref = model(input_ids=x_ids).logits[0].float()
+    finally:
+        for h in hooks:
+            h.remove()
+    ranked = []  # (error, parent, name, fp32 module, int8 module)
+    with warnings.catch_warnings(), torch.inference_mode():
+        # torch.ao.quantization's eager API is deprecated in favour of torchao, which is not a dependency here
+        warnings.simplefilter("ignore")
+        for parent, cname, child in linears:
+            child.qconfig = per_channel_dynamic_qconfig
+            q = nnqd.Linear.from_float(child)
+            del child.qconfig
+            x = inputs.pop(id(child), None)
+            err = float("inf")
+            if x is not None:
+                y = torch.nn.functional.linear(x, child.weight, child.bias)
+                err = float((q(x) - y).norm() / x.shape[0] ** 0.5)  # RMS error per row
+            ranked.append((err if err == err else float("inf"), parent, cname, child, q))
+    ranked.sort(key=lambda r: -r[0])
+    for _, parent, cname, _, q in ranked:
+        setattr(parent, cname, q)
+
+    p_ref = ref.softmax(-1)
+
+    def distance() -> float:
+        with torch.inference_mode():
+            p = model(input_ids=x_ids).logits[0].float().softmax(-1)
+        return float(0.5 * (p - p_ref).abs().sum(-1).mean())
+
+    kept = 0
+    tv = distance()
+    while not tv <= max_tv and kept < len(ranked):
+        step = max(1, (len(ranked) - kept) // 8)
+        for _, parent, cname, child, _ in ranked[kept : kept + step]:
+            setattr(parent, cname, child)
+        kept += step
+        tv = distance() if kept < len(ranked) else 0.0
+    return len(ranked) - kept, kept, tv

@@ -1,4 +1,8 @@
-"""Hugging Face transformers backend (PyTorch, CPU or CUDA; float32 or bfloat16)."""
+"""Hugging Face transformers backend (PyTorch, CPU or CUDA; float32, bfloat16, float16, or int8 on CPU).
+
+int8 (dynamic quantization of the linear layers, CPU only) is meant for draft models: a draft's precision only
+changes how often its drafts are accepted, never what the target emits.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from app.engines.base import TokenizerMixin
 from app.engines.cache import ProgressFn, prepare
 from app.engines.registry import EngineManifest
 
-__all__ = ["HFEngine", "HFSession", "resolve_device", "resolve_dtype", "load_tokenizer"]
+__all__ = ["HFEngine", "HFSession", "resolve_device", "resolve_dtype", "load_tokenizer", "DTYPE_NAMES"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,14 +38,31 @@ def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     if dtype not in _DTYPES:
-        raise EngineError(f"unknown dtype {dtype!r}", fix="use float32, bfloat16 or float16")
+        raise EngineError(f"unknown dtype {dtype!r}", fix="use float32, bfloat16, float16 or int8 (CPU drafts)")
     return _DTYPES[dtype]
+
+
+DTYPE_NAMES = (*_DTYPES, "int8")
 
 
 def load_tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
+
+
+# What the int8 check feeds the model: code and prose, like the prompts drafts see.
+INT8_PROBE = (
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
+    "The quick brown fox jumps over the lazy dog. Paris is the capital of France; Berlin, of Germany.\n"
+    "Summary: the function returns the n-th Fibonacci number, 1 + 1 = 2, 2 + 3 = 5."
+)
+
+
+def _vocab_rows(model) -> int:
+    """Rows of the output layer (a dynamically quantized Linear exposes its weight as a method)."""
+    w = model.get_output_embeddings().weight
+    return int((w() if callable(w) else w).shape[0])
 
 
 class HFSession:
@@ -111,8 +132,19 @@ class HFEngine(TokenizerMixin):
         self.manifest = manifest
         self.name = manifest.name
         self.device = resolve_device(device or manifest.device)
-        self.torch_dtype = resolve_dtype(dtype or manifest.dtype, self.device)
-        self.dtype = str(self.torch_dtype).removeprefix("torch.")
+        quant = (dtype or manifest.dtype) == "int8"
+        if quant:
+            from app.engines.cpu_kernels import int8_available
+
+            if self.device != "cpu":
+                raise EngineError(f"engine {self.name}: int8 runs on the CPU only", fix="on a GPU use dtype=bfloat16 for the draft")
+            if not int8_available():
+                raise EngineError(
+                    f"engine {self.name}: this torch build has no int8 CPU kernels ({torch.backends.quantized.supported_engines})",
+                    fix="use dtype=float32 for the draft",
+                )
+        self.torch_dtype = torch.float32 if quant else resolve_dtype(dtype or manifest.dtype, self.device)
+        self.dtype = "int8" if quant else str(self.torch_dtype).removeprefix("torch.")
         self.folder = prepare(manifest, progress)
         t0 = time.perf_counter()
         self.tokenizer = tokenizer or load_tokenizer(self.folder)
@@ -128,12 +160,20 @@ class HFEngine(TokenizerMixin):
             ) from None
         self.model.eval()
         cfg = self.model.config
-        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
-        self.packed_linears = 0
+        self.vocab_size = _vocab_rows(self.model)
+        self.packed_linears = self.int8_linears = 0
+        self.int8_tv = None
+        if quant:
+            from app.engines.cpu_kernels import quantize_linears_int8
+
+            progress(f"quantize {self.name} to int8", 0, 1, "")
+            probe = self.tokenizer(INT8_PROBE)["input_ids"]
+            self.int8_linears, kept, self.int8_tv = quantize_linears_int8(self.model, probe)
+            progress(f"quantize {self.name} to int8 ({self.int8_linears} int8, {kept} fp32; TV from fp32 {self.int8_tv:.3f})", 1, 1, "")
         if self.device == "cpu" and self.torch_dtype == torch.float32:
             from app.engines.cpu_kernels import pack_linears
 
-            self.packed_linears = pack_linears(self.model)
+            self.packed_linears = pack_linears(self.model)  # what int8 left in fp32 (or the whole model)
         self.load_s = time.perf_counter() - t0
         progress(f"load {self.name}", 1, 1, "")
         eos = self.model.generation_config.eos_token_id
@@ -165,8 +205,11 @@ class HFEngine(TokenizerMixin):
         self.dtype = str(self.torch_dtype).removeprefix("torch.")
         self.folder = None
         self.load_s = 0.0
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = _vocab_rows(model)
         self.packed_linears = 0
+        self.int8_linears = sum(1 for m in model.modules() if type(m).__name__ == "Linear" and type(m).__module__.startswith("torch.ao"))
+        if self.int8_linears:
+            self.dtype = "int8"
         eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         return self

@@ -1,4 +1,4 @@
-"""Per-lane setup editor: method, draft engine (tokenizer-compatible only), k, schedule, n.
+"""Per-lane setup editor: method, draft engine (tokenizer-compatible only), k, schedule, n, draft precision.
 
 The fields compose a setup string (DESIGN.md grammar) shown in an editable line; typing in the line updates
 the fields. Every change is validated with :func:`app.core.setups.parse_setup`; a bad string shows the
@@ -12,7 +12,7 @@ from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
 from app.core.errors import SpecDeckError
-from app.core.setups import GRAMMAR, Baseline, DraftModel, HFAssisted, HFLookup, NGram, parse_setup
+from app.core.setups import DRAFT_DTYPES, GRAMMAR, Baseline, DraftModel, HFAssisted, HFLookup, NGram, parse_setup
 
 __all__ = ["SetupEditor", "METHODS", "fill_engine_combo"]
 
@@ -62,6 +62,7 @@ class SetupEditor(QWidget):
     def __init__(self, setup: str = "baseline", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._updating = False
+        self._stop = 0.0  # kept from the typed string: the fields do not edit it
         self._target_status = None
         self._statuses: list = []
         self.valid = True
@@ -83,6 +84,14 @@ class SetupEditor(QWidget):
         self.schedule = QComboBox()
         self.schedule.addItems(["constant", "heuristic"])
         self.schedule.setToolTip("k schedule: constant, or heuristic (grow k after full acceptance, shrink after a rejection)")
+        self.precision = QComboBox()
+        self.precision.addItem("draft: target's dtype", "")
+        for d in DRAFT_DTYPES:
+            self.precision.addItem(f"draft: {d}", d)
+        self.precision.setToolTip(
+            "the draft model's precision: it changes how often drafts are accepted and what they cost, never what the "
+            "target emits (int8 is CPU-only, about 2x cheaper than float32 there)"
+        )
         self.n = QSpinBox()
         self.n.setRange(1, 16)
         self.n.setPrefix("n=")
@@ -105,7 +114,8 @@ class SetupEditor(QWidget):
         g.addWidget(self.engine, 0, 1, 1, 3)
         g.addWidget(self.k, 1, 0)
         g.addWidget(self.n, 1, 1)
-        g.addWidget(self.schedule, 1, 2, 1, 2)
+        g.addWidget(self.schedule, 1, 2)
+        g.addWidget(self.precision, 1, 3)
         g.addWidget(self.line, 2, 0, 1, 4)
         g.addWidget(self.error, 3, 0, 1, 4)
         g.setColumnStretch(1, 1)
@@ -115,6 +125,7 @@ class SetupEditor(QWidget):
         self.k.valueChanged.connect(self._fields_changed)
         self.n.valueChanged.connect(self._fields_changed)
         self.schedule.currentIndexChanged.connect(self._fields_changed)
+        self.precision.currentIndexChanged.connect(self._fields_changed)
         self.line.textEdited.connect(self._line_edited)
         self.set_setup(setup)
 
@@ -156,9 +167,11 @@ class SetupEditor(QWidget):
                 self.method.setCurrentIndex(self.method.findData(key))
             if isinstance(s, (DraftModel, HFAssisted)):
                 self.engine.setEditText(s.engine)
+                self.precision.setCurrentIndex(max(0, self.precision.findData(s.dtype or "")))
             if isinstance(s, DraftModel):
                 self.k.setValue(s.k)
                 self.schedule.setCurrentText(s.schedule)
+                self._stop = s.stop
             elif isinstance(s, HFAssisted):
                 self.k.setValue(s.k or 0)
             elif isinstance(s, NGram):
@@ -176,15 +189,18 @@ class SetupEditor(QWidget):
         m = self.method.currentData()
         eng = self.engine.currentText().split("  (")[0].strip()
         k = self.k.value()
+        prec = self.precision.currentData()
+        dtype = f",dtype={prec}" if prec else ""
         if m == "baseline":
             return "baseline"
         if m == "draft":
             s = f"draft:{eng},k={k}"
-            return s + (",schedule=heuristic" if self.schedule.currentText() == "heuristic" else "")
+            s += ",schedule=heuristic" if self.schedule.currentText() == "heuristic" else ""
+            return s + (f",stop={self._stop:g}" if self._stop else "") + dtype
         if m == "ngram":
             return f"ngram:n={self.n.value()},k={k}"
         if m == "hf-assisted":
-            return f"hf-assisted:{eng}" + (f",k={k}" if k > 0 else "")
+            return f"hf-assisted:{eng}" + (f",k={k}" if k > 0 else "") + dtype
         return f"hf-lookup:k={k}"
 
     def _fields_changed(self, *_a) -> None:
@@ -221,6 +237,7 @@ class SetupEditor(QWidget):
         self.k.setMinimum(0 if m == "hf-assisted" else 1)
         self.k.setSpecialValueText("k=auto" if m == "hf-assisted" else "")
         self.schedule.setVisible(m == "draft")
+        self.precision.setVisible(m in ("draft", "hf-assisted"))
         self.n.setVisible(m == "ngram")
 
     def _set_error(self, e: Exception | None) -> None:

@@ -97,7 +97,8 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
                     t = pool.get(cmd.target, cmd.device, cmd.dtype)
                     loaded.append((cmd.target, t.device, t.dtype, getattr(t, "load_s", 0.0)))
                     for d in cmd.drafts:
-                        e = pool.get_draft(cmd.target, t, d, cmd.device, cmd.dtype)
+                        d, ddtype = (d, None) if isinstance(d, str) else d
+                        e = pool.get_draft(cmd.target, t, d, cmd.device, ddtype or cmd.dtype)
                         loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
                     emit(EnginesLoaded(cmd.request_id, tuple(loaded)))
                 except SpecDeckError as e:

@@ -49,7 +49,7 @@ class LoadEngines:
 
     request_id: str
     target: str
-    drafts: tuple[str, ...] = ()
+    drafts: tuple[str | tuple[str, str | None], ...] = ()  # names, or (name, draft dtype)
     device: str | None = None
     dtype: str | None = None
 

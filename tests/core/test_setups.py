@@ -15,6 +15,8 @@ from app.core.setups import GRAMMAR, TRTLLM, Baseline, DraftModel, HFAssisted, H
         ("draft:qwen,k=6,schedule=heuristic", DraftModel("qwen", 6, "heuristic")),
         (" draft: /tmp/m.gguf , k=2 ", DraftModel("/tmp/m.gguf", 2)),
         ("draft:qwen,k=8,stop=0.4", DraftModel("qwen", 8, "constant", 0.4)),
+        ("draft:qwen,k=8,dtype=int8", DraftModel("qwen", 8, "constant", 0.0, "int8")),
+        ("hf-assisted:qwen,dtype=bfloat16", HFAssisted("qwen", None, "bfloat16")),
         ("ngram", NGram(3, 8)),
         ("ngram:n=2", NGram(2, 8)),
         ("ngram:n=4,k=10", NGram(4, 10)),
@@ -51,6 +53,8 @@ def test_parse(text, expected):
         ("baseline:k=2", "no parameters"),
         ("hf-lookup:n=2", "unknown parameter"),
         ("trtllm:", "engine name"),
+        ("draft:q,dtype=int4", "dtype must be one of"),
+        ("hf-assisted:q,dtype=fp8", "dtype must be one of"),
     ],
 )
 def test_bad_setups_carry_the_grammar(text, why):

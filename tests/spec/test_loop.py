@@ -26,6 +26,13 @@ def tiny(tiny_pair):
     return HFEngine(resolve(str(t))), HFEngine(resolve(str(d)))
 
 
+@pytest.fixture(scope="module")
+def tiny_low_precision_drafts(tiny_pair):
+    """The tiny draft in int8 (CPU dynamic quantization) and bfloat16: a draft's precision must not matter."""
+    d = tiny_pair[1]
+    return HFEngine(resolve(str(d)), dtype="int8"), HFEngine(resolve(str(d)), dtype="bfloat16")
+
+
 def run(target, drafter, ids, sampling):
     evs = list(run_lane(target, drafter, ids, sampling))
     assert isinstance(evs[-1], RunDone)
@@ -52,8 +59,9 @@ def check_invariants(steps, stats, max_new):
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_every_setup_matches_the_baseline_greedy_tiny(tiny, prompt):
+def test_every_setup_matches_the_baseline_greedy_tiny(tiny, tiny_low_precision_drafts, prompt):
     target, draft = tiny
+    d_int8, d_bf16 = tiny_low_precision_drafts
     ids = target.encode_prompt(prompt, chat=False)
     s = Sampling(max_new_tokens=40)
     base_steps, base = run(target, None, ids, s)
@@ -65,6 +73,8 @@ def test_every_setup_matches_the_baseline_greedy_tiny(tiny, prompt):
         "draft heuristic": DraftModelDrafter(draft, 2, "heuristic"),
         "draft confidence stop": DraftModelDrafter(draft, 6, "constant", stop=0.5),
         "self-draft": DraftModelDrafter(target, 3),
+        "int8 draft": DraftModelDrafter(d_int8, 5, stop=0.2),
+        "bf16 draft": DraftModelDrafter(d_bf16, 4),
         "ngram": NGramDrafter(3, 8),
         "ngram n=1 k=2": NGramDrafter(1, 2),
     }
@@ -177,8 +187,10 @@ def test_smollm2_setups_match_the_baseline():
     s = Sampling(max_new_tokens=32)
     _, base = run(e, None, ids, s)
     assert base.new_tokens > 5 and base.output_text.strip()
-    for d in (NGramDrafter(3, 6), DraftModelDrafter(e, 4, "heuristic")):
+    q = HFEngine(resolve("smollm2-135m-instruct"), dtype="int8")
+    for d in (NGramDrafter(3, 6), DraftModelDrafter(e, 4, "heuristic"), DraftModelDrafter(q, 8, stop=0.3)):
         steps, st = run(e, d, ids, s)
         check_invariants(steps, st, 32)
         assert st.output_ids == base.output_ids
+    assert 0 < st.accepted < st.drafted  # the int8 self-draft is close but not exact: both branches ran
     torch.set_num_threads(torch.get_num_threads())

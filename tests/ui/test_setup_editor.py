@@ -49,6 +49,26 @@ def test_fields_compose_the_string(qtbot):
     assert ed.setup() == "baseline" and ed.n.isHidden()
 
 
+
+def test_field_edits_keep_stop_and_set_the_draft_precision(qtbot):
+    """Typed-only parameters (stop) survive a field edit; the precision combo writes dtype=."""
+    from app.core.setups import parse_setup
+    from app.ui.setup_editor import SetupEditor
+
+    ed = SetupEditor("draft:small,k=6,stop=0.3,dtype=int8")
+    qtbot.addWidget(ed)
+    assert ed.precision.currentData() == "int8" and not ed.precision.isHidden()
+    ed.k.setValue(9)
+    s = parse_setup(ed.setup())
+    assert (s.k, s.stop, s.dtype) == (9, 0.3, "int8")
+    ed.precision.setCurrentIndex(ed.precision.findData("bfloat16"))
+    assert parse_setup(ed.setup()).dtype == "bfloat16"
+    ed.precision.setCurrentIndex(ed.precision.findData(""))
+    assert "dtype" not in ed.setup() and "stop=0.3" in ed.setup()
+    ed.method.setCurrentIndex(ed.method.findData("ngram"))
+    assert ed.precision.isHidden()
+
+
 def _status(name, tok, usable=True, reason=""):
     from app.engines.status import EngineStatus
 
