@@ -3,7 +3,7 @@
 Grammar (see DESIGN.md)::
 
     baseline
-    draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,dtype=D]
+    draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,cstop=P][,dtype=D]
     ngram[:n=3,k=8]
     hf-assisted:<engine>[,k=N][,dtype=D]
     hf-lookup[:k=10]
@@ -34,7 +34,7 @@ __all__ = [
 GRAMMAR = (
     "setup grammar:\n"
     "  baseline\n"
-    "  draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,dtype=D]\n"
+    "  draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,cstop=P][,dtype=D]\n"
     "  ngram[:n=3,k=8]\n"
     "  hf-assisted:<engine>[,k=N][,dtype=D]\n"
     "  (D, the draft's precision: float32 | bfloat16 | float16 | int8 (CPU); default: the target's)\n"
@@ -62,6 +62,9 @@ class DraftModel:
 
     stop: confidence stop — drafting ends early after a token whose draft probability is below `stop`
     (0 = off; transformers' assisted generation uses 0.4 by default).
+    cstop: cumulative confidence stop — drafting ends once the draft's probability of the whole proposal (the
+    product of its token probabilities, its own estimate that every draft is accepted) falls below `cstop`, so
+    confident runs draft long and uncertain ones short (0 = off).
     dtype: the draft's precision (None: the target's). It never changes what is emitted, only acceptance and cost.
     """
 
@@ -70,12 +73,14 @@ class DraftModel:
     schedule: Literal["constant", "heuristic"] = "constant"
     stop: float = 0.0
     dtype: str | None = None
+    cstop: float = 0.0
 
     @property
     def label(self) -> str:
         s = f"draft:{self.engine},k={self.k}"
         s += ",schedule=heuristic" if self.schedule == "heuristic" else ""
         s += f",stop={self.stop:g}" if self.stop else ""
+        s += f",cstop={self.cstop:g}" if self.cstop else ""
         return s + (f",dtype={self.dtype}" if self.dtype else "")
 
     @property
@@ -210,7 +215,7 @@ def parse_setup(text: str) -> Setup:
         engine = parts[0].strip()
         if not engine or "=" in engine:
             raise _bad(text, f"{method} needs an engine name first, e.g. {method}:qwen2.5-coder-0.5b-instruct")
-        allowed = {"k": "int", "schedule": "str", "stop": "float", "dtype": "str"} if method == "draft" else {"k": "int", "dtype": "str"}
+        allowed = {"k": "int", "schedule": "str", "stop": "float", "cstop": "float", "dtype": "str"} if method == "draft" else {"k": "int", "dtype": "str"}
         kv = _params(text, parts[1:], allowed)
         dtype = kv.get("dtype")
         if dtype is not None and dtype not in DRAFT_DTYPES:
@@ -221,15 +226,16 @@ def parse_setup(text: str) -> Setup:
         schedule = kv.get("schedule", "constant")
         if schedule not in ("constant", "heuristic"):
             raise _bad(text, f"schedule must be constant or heuristic, got {schedule!r}")
-        stop = 0.0
-        if "stop" in kv:
-            try:
-                stop = float(kv["stop"])
-            except ValueError:
-                raise _bad(text, f"stop must be a number, got {kv['stop']!r}") from None
-            if not 0.0 <= stop < 1.0:
-                raise _bad(text, f"stop must be in [0, 1), got {stop}")
-        return DraftModel(engine=engine, k=k, schedule=schedule, stop=stop, dtype=dtype)  # type: ignore[arg-type]
+        stops = {}
+        for key in ("stop", "cstop"):
+            if key in kv:
+                try:
+                    stops[key] = float(kv[key])
+                except ValueError:
+                    raise _bad(text, f"{key} must be a number, got {kv[key]!r}") from None
+                if not 0.0 <= stops[key] < 1.0:
+                    raise _bad(text, f"{key} must be in [0, 1), got {stops[key]}")
+        return DraftModel(engine=engine, k=k, schedule=schedule, dtype=dtype, **stops)  # type: ignore[arg-type]
     if method == "ngram":
         kv = _params(text, rest.split(",") if rest.strip() else [], {"n": "int", "k": "int"})
         return NGram(

@@ -114,14 +114,17 @@ class DraftModelDrafter:
     schedule "heuristic" adapts k from the last step like transformers' assisted generation
     (+2 when every draft was accepted, −1 otherwise, at least 1); "constant" keeps it. `stop` > 0 ends a
     draft early after a token the draft itself gives probability < stop (transformers' ConfidenceCriteria),
-    which saves draft forwards and verification width where the draft is unsure.
+    which saves draft forwards and verification width where the draft is unsure. `cstop` > 0 ends it once the
+    product of those probabilities (the draft's own estimate that the whole proposal is accepted) is below `cstop`:
+    long drafts through predictable text, short ones where a single doubt already makes the rest unlikely to count.
     """
 
-    def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0) -> None:
+    def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0) -> None:
         self.engine = engine
         self.k = k
         self.schedule = schedule
         self.stop = stop
+        self.cstop = cstop
         self.session = engine.new_session()
         self.seen: list[int] = []  # ids in the draft's cache
 
@@ -151,6 +154,7 @@ class DraftModelDrafter:
         qs: list[torch.Tensor] = []
         q_drafted: list[float] = []
         forwards = 0
+        p_all = 1.0
         while True:
             logits = self.session.forward(feed, last_only=True)[-1]  # [V]
             forwards += 1
@@ -164,7 +168,8 @@ class DraftModelDrafter:
                 tok = int(logits.argmax())
                 q_drafted.append(float(logits.softmax(-1)[tok]))
             drafted.append(tok)
-            if len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop:
+            p_all *= q_drafted[-1]
+            if len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop or p_all < self.cstop:
                 break
             feed = [tok]
         return Proposal(drafted, torch.stack(qs) if sampling else None, q_drafted, forwards)

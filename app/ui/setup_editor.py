@@ -62,7 +62,7 @@ class SetupEditor(QWidget):
     def __init__(self, setup: str = "baseline", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._updating = False
-        self._stop = 0.0  # kept from the typed string: the fields do not edit it
+        self._stops = ""  # ",stop=…,cstop=…" kept from the typed string: the fields do not edit them
         self._target_status = None
         self._statuses: list = []
         self.valid = True
@@ -171,7 +171,7 @@ class SetupEditor(QWidget):
             if isinstance(s, DraftModel):
                 self.k.setValue(s.k)
                 self.schedule.setCurrentText(s.schedule)
-                self._stop = s.stop
+                self._stops = (f",stop={s.stop:g}" if s.stop else "") + (f",cstop={s.cstop:g}" if s.cstop else "")
             elif isinstance(s, HFAssisted):
                 self.k.setValue(s.k or 0)
             elif isinstance(s, NGram):
@@ -196,7 +196,7 @@ class SetupEditor(QWidget):
         if m == "draft":
             s = f"draft:{eng},k={k}"
             s += ",schedule=heuristic" if self.schedule.currentText() == "heuristic" else ""
-            return s + (f",stop={self._stop:g}" if self._stop else "") + dtype
+            return s + self._stops + dtype
         if m == "ngram":
             return f"ngram:n={self.n.value()},k={k}"
         if m == "hf-assisted":

@@ -56,7 +56,7 @@ def lane_events(
             from app.spec.loop import run_lane
 
             if isinstance(setup, DraftModel):
-                drafter = DraftModelDrafter(draft, setup.k, setup.schedule, setup.stop)
+                drafter = DraftModelDrafter(draft, setup.k, setup.schedule, setup.stop, setup.cstop)
             elif isinstance(setup, NGram):
                 drafter = NGramDrafter(setup.n, setup.k)
             else:

@@ -117,6 +117,26 @@ def test_confidence_stop_ends_drafts_at_an_unsure_token(tiny):
     assert any(len(e.drafted_ids) < 8 for e in full)
 
 
+def test_cumulative_stop_ends_drafts_when_the_whole_proposal_is_unlikely(tiny):
+    """cstop=θ (the tiny draft's probabilities are ~1e-3, hence θ = 1e-9): every prefix but the full proposal has Π q ≥ θ; a short proposal ends where Π q fell below θ."""
+    import math
+
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[2], chat=False)
+    s = Sampling(max_new_tokens=40)
+    _, base = run(target, None, ids, s)
+    steps, st = run(target, DraftModelDrafter(draft, 12, cstop=1e-9), ids, s)
+    assert st.output_ids == base.output_ids  # still lossless
+    full = [e for e in steps if e.drafted_ids]
+    assert full
+    for e in full:
+        q = e.draft_probs
+        assert math.prod(q[:-1]) >= 1e-9  # it did not stop earlier than it should
+    for e in full[:-2]:
+        assert len(e.drafted_ids) == 12 or math.prod(e.draft_probs) < 1e-9
+    assert any(len(e.drafted_ids) < 12 for e in full) and any(len(e.drafted_ids) > 1 for e in full)
+
+
 def test_token_limit_and_budgeted_drafts(tiny):
     target, _ = tiny
     ids = target.encode_prompt(PROMPTS[1], chat=False)
@@ -188,7 +208,7 @@ def test_smollm2_setups_match_the_baseline():
     _, base = run(e, None, ids, s)
     assert base.new_tokens > 5 and base.output_text.strip()
     q = HFEngine(resolve("smollm2-135m-instruct"), dtype="int8")
-    for d in (NGramDrafter(3, 6), DraftModelDrafter(e, 4, "heuristic"), DraftModelDrafter(q, 8, stop=0.3)):
+    for d in (NGramDrafter(3, 6), DraftModelDrafter(e, 4, "heuristic"), DraftModelDrafter(q, 8, stop=0.3), DraftModelDrafter(q, 16, cstop=0.4)):
         steps, st = run(e, d, ids, s)
         check_invariants(steps, st, 32)
         assert st.output_ids == base.output_ids

@@ -55,12 +55,12 @@ def test_field_edits_keep_stop_and_set_the_draft_precision(qtbot):
     from app.core.setups import parse_setup
     from app.ui.setup_editor import SetupEditor
 
-    ed = SetupEditor("draft:small,k=6,stop=0.3,dtype=int8")
+    ed = SetupEditor("draft:small,k=6,stop=0.3,cstop=0.5,dtype=int8")
     qtbot.addWidget(ed)
     assert ed.precision.currentData() == "int8" and not ed.precision.isHidden()
     ed.k.setValue(9)
     s = parse_setup(ed.setup())
-    assert (s.k, s.stop, s.dtype) == (9, 0.3, "int8")
+    assert (s.k, s.stop, s.cstop, s.dtype) == (9, 0.3, 0.5, "int8")
     ed.precision.setCurrentIndex(ed.precision.findData("bfloat16"))
     assert parse_setup(ed.setup()).dtype == "bfloat16"
     ed.precision.setCurrentIndex(ed.precision.findData(""))
