@@ -54,9 +54,11 @@ class EnginePool:
         return cb
 
     def get(self, name: str, device: str | None = None, dtype: str | None = None):
-        for key in ((name, device, dtype), (name, None, None)):
-            if key in self._engines:
-                return self._engines[key]
+        if (name, device, dtype) in self._engines:
+            return self._engines[(name, device, dtype)]
+        put = self._engines.get((name, None, None))  # an engine `put` (or loaded) without device/dtype
+        if put is not None and dtype in (None, getattr(put, "dtype", None)):
+            return put
         manifest = resolve(name)
         eng = open_engine(manifest, device, dtype, self._progress(name), tokenizer=self._tokenizers.get(name))
         self._engines[(name, device, dtype)] = eng

@@ -195,3 +195,16 @@ def test_worker_entry_imports_no_qt():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
     _ = queue
+
+
+def test_pool_keeps_one_engine_per_precision(tiny_pair):
+    """A draft asked for in int8 is its own engine, not the fp32 one already loaded under the same name."""
+    from app.worker.pool import EnginePool
+
+    pool = EnginePool()
+    name = str(tiny_pair[1])
+    fp32 = pool.get(name)
+    assert pool.get(name) is fp32 and pool.get(name, None, "float32") is fp32
+    q = pool.get(name, None, "int8")
+    assert q is not fp32 and q.dtype == "int8" and fp32.dtype == "float32"
+    assert pool.get_draft(str(tiny_pair[0]), pool.get(str(tiny_pair[0])), name, None, "int8") is q
