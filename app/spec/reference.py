@@ -73,23 +73,33 @@ def run_reference_lane(
     else:
         kw.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
         torch.manual_seed(sampling.seed)
+    overrides: dict = {}
     if isinstance(setup, HFAssisted):
         assert draft is not None
-        gc = draft.model.generation_config
         if setup.k is not None:
-            gc.num_assistant_tokens = setup.k
-            gc.num_assistant_tokens_schedule = "constant"
+            overrides = {"num_assistant_tokens": setup.k, "num_assistant_tokens_schedule": "constant"}
         kw["assistant_model"] = draft.model
     else:
         kw["prompt_lookup_num_tokens"] = setup.k
     rec = _Recorder(clock)
     kw["streamer"] = rec
     sync = getattr(target, "sync", lambda: None)
-    t0 = clock()
-    with torch.inference_mode():
-        model.generate(**kw)
-    sync()
-    t_end = clock()
+    # transformers reads the assistant's settings from the assistant model's generation_config (and its
+    # candidate generator may update num_assistant_tokens in place): set ours for this call only and put the
+    # model's own back afterwards, so the next lane on the same draft engine sees transformers' defaults.
+    gc = draft.model.generation_config if isinstance(setup, HFAssisted) else None
+    saved = {key: getattr(gc, key, None) for key in ("num_assistant_tokens", "num_assistant_tokens_schedule")} if gc is not None else {}
+    try:
+        for key, value in overrides.items():
+            setattr(gc, key, value)
+        t0 = clock()
+        with torch.inference_mode():
+            model.generate(**kw)
+        sync()
+        t_end = clock()
+    finally:
+        for key, value in saved.items():
+            setattr(gc, key, value)
     detok = target.detokenizer(prompt_ids)
     out: list[int] = []
     text: list[str] = []

@@ -214,3 +214,22 @@ def test_smollm2_setups_match_the_baseline():
         assert st.output_ids == base.output_ids
     assert 0 < st.accepted < st.drafted  # the int8 self-draft is close but not exact: both branches ran
     torch.set_num_threads(torch.get_num_threads())
+
+
+def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tiny):
+    """transformers' assisted generation through our reference lane: same tokens as our baseline, and a k=N lane
+    does not leak its k into the next lane that uses the same draft engine (it once did)."""
+    from app.core.setups import parse_setup
+    from app.spec.reference import run_reference_lane
+
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[0], chat=False)
+    s = Sampling(max_new_tokens=24)
+    _, base = run(target, None, ids, s)
+    gc = draft.model.generation_config
+    before = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule)
+    for text in ("hf-assisted:d,k=3", "hf-assisted:d"):
+        evs = list(run_reference_lane(target, parse_setup(text), ids, s, draft=draft))
+        st = evs[-1].stats
+        assert st.reference and st.output_ids == base.output_ids, text
+        assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == before, text
