@@ -28,7 +28,8 @@ run: deps models-qwen deb-gui
 	else \
 	  echo "No display (DISPLAY/WAYLAND_DISPLAY unset): running the headless comparison on the Qwen pair."; \
 	  echo "For the window on a headless box: xvfb-run -a $(PY) -m app gui"; \
-	  $(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=4 --setup ngram --suite quick --max-new-tokens 64; \
+	  $(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=24,cstop=0.5,dtype=int8 \
+	    --setup hf-assisted:$(QWEN_DRAFT) --setup ngram --suite quick --max-new-tokens 64; \
 	fi
 
 test: deps models-test deb-test
@@ -38,8 +39,9 @@ gui: deps models-test deb-gui
 	$(PY) -m app gui
 
 bench: deps models-qwen
-	$(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=4 --setup ngram \
-	  --setup hf-assisted:$(QWEN_DRAFT) --setup hf-lookup --suite specbench-mini --max-new-tokens 96
+	$(PY) -m app bench --target $(QWEN_TARGET) --mode interleaved \
+	  --setup draft:$(QWEN_DRAFT),k=24,cstop=0.5,dtype=int8 --setup draft:$(QWEN_DRAFT),k=24,cstop=0.5 \
+	  --setup hf-assisted:$(QWEN_DRAFT) --setup hf-assisted:$(QWEN_DRAFT),dtype=int8 --suite specbench-mini --max-new-tokens 64
 
 screenshots: deps models-qwen deb-gui
 	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots --max-new-tokens 48

@@ -46,8 +46,9 @@ def theoretical_speedup(alpha: float, k: float, c: float) -> float:
 class LaneStats:
     """Everything measured for one lane (one setup on one prompt, one repeat).
 
-    Times are in seconds. `wall_s` is the decode time (prefill excluded: it is reported as part of
-    `ttft_s`, the time from the start of the lane to its first emitted token).
+    Times are in seconds. `wall_s` is the whole generation, prefill included (Spec-Bench's convention), so
+    tokens/s = new_tokens / wall_s; `prefill_s` is step 0 (the prompt forward, which verifies the first drafts too)
+    and `ttft_s` the time from the start of the lane to its first emitted token.
     """
 
     setup: str

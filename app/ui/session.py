@@ -99,7 +99,7 @@ SMOL_PRESET = "SmolLM2 quick"
 PRESETS: dict[str, Session] = {
     QWEN_PRESET: Session(
         target="qwen2.5-coder-1.5b-instruct",
-        setups=("baseline", "draft:qwen2.5-coder-0.5b-instruct,k=4", "ngram"),
+        setups=("baseline", "draft:qwen2.5-coder-0.5b-instruct,k=24,cstop=0.5,dtype=int8", "ngram"),
         prompt=_CODE_PROMPT,
         prompt_id="code-1",
         sampling=Sampling(max_new_tokens=48),
