@@ -263,7 +263,8 @@ def cmd_bench(args) -> int:
         client.stop()
     for e in errors:
         print(f"error in lane {e.lane_id}: {e.message}", file=sys.stderr)
-    stats = attach_baseline(stats)
+    rank = {label: i for i, label in enumerate(labels)}
+    stats = sorted(attach_baseline(stats), key=lambda r: rank.get(r.setup, len(rank)))  # baseline, then as asked
     doc = build_report(
         args.target,
         device,

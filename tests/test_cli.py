@@ -46,15 +46,18 @@ def test_bench_json_on_smollm2(smollm2_dir):
 def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     t, d = (str(p) for p in tiny_pair)
     out = tmp_path / "r.json"
-    r = app("bench", "--target", t, "--setup", f"draft:{d},k=3", "--setup", "hf-lookup:k=4", "--setup", f"hf-assisted:{d},k=3",
-            "--suite", "quick", "--max-new-tokens", "12", "--mode", "interleaved", "--no-chat", "--json", str(out), "--quiet")
+    r = app("bench", "--target", t, "--setup", f"draft:{d},k=3,cstop=1e-9,dtype=int8", "--setup", "hf-lookup:k=4",
+            "--setup", f"hf-assisted:{d},k=3", "--suite", "quick", "--max-new-tokens", "12", "--mode", "interleaved", "--no-chat",
+            "--json", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
-    assert "speedup" in r.stdout and "theory" in r.stdout and f"draft:{d},k=3" in r.stdout
+    assert "speedup" in r.stdout and "theory" in r.stdout and f"draft:{d},k=3,cstop=1e-09,dtype=int8" in r.stdout
     assert "speedup by category" in r.stdout and "editing" in r.stdout
     doc = json.loads(out.read_text())
     assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 12
     assert doc["categories"] == {"code-1": "coding", "edit-1": "editing", "qa-1": "qa"}
-    assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours and HF's reference lanes, greedy fp32
+    assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours (int8 draft) and HF's reference lanes, greedy fp32
+    # the table lists the baseline first, then the setups as asked (not in the order interleaved lanes finished)
+    assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3"]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from app.engines.base import TokenizerMixin
 from app.engines.cache import ProgressFn, prepare
 from app.engines.registry import EngineManifest
 
-__all__ = ["HFEngine", "HFSession", "resolve_device", "resolve_dtype", "load_tokenizer", "DTYPE_NAMES"]
+__all__ = ["HFEngine", "HFSession", "resolve_device", "resolve_dtype", "load_tokenizer"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -41,8 +41,6 @@ def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
         raise EngineError(f"unknown dtype {dtype!r}", fix="use float32, bfloat16, float16 or int8 (CPU drafts)")
     return _DTYPES[dtype]
 
-
-DTYPE_NAMES = (*_DTYPES, "int8")
 
 
 def load_tokenizer(folder: Path):
