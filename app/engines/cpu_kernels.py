@@ -86,6 +86,13 @@ def pack_linears(model: torch.nn.Module) -> int:
 def int8_available() -> bool:
     """Whether this torch build can run dynamically quantized int8 linears on this CPU (fbgemm / x86)."""
     engines = set(torch.backends.quantized.supported_engines)
+    try:  # torch.ao.quantization's eager API is deprecated (torchao replaces it): a future torch may drop it
+        import importlib
+
+        importlib.import_module("torch.ao.nn.quantized.dynamic")
+        importlib.import_module("torch.ao.quantization").per_channel_dynamic_qconfig  # noqa: B018
+    except (ImportError, AttributeError):
+        return False
     return bool(engines & {"fbgemm", "x86"})
 
 
