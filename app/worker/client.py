@@ -138,8 +138,15 @@ class WorkerClient:
             except (EOFError, OSError):
                 pass
             proc.join(timeout=2.0)
+            code = proc.exitcode
+            # Another thread polling the process at the same moment (send() checks is_alive) can win the waitpid;
+            # its Popen then records the status a moment later, while ours saw None. Wait for it briefly.
+            until = time.monotonic() + 2.0
+            while code is None and time.monotonic() < until:
+                time.sleep(0.02)
+                code = proc.exitcode
             if not self._stopping:
-                self.died = WorkerDied(proc.exitcode, describe_exit(proc.exitcode))
+                self.died = WorkerDied(code, describe_exit(code))
                 self._deliver(self.died)
             return
 
