@@ -179,7 +179,7 @@ def cmd_bench(args) -> int:
     labels = ["baseline"] + [s.label for s in setups if s.label != "baseline"]
     labels = list(dict.fromkeys(labels))
     prompts = _prompts(args)
-    drafts = tuple(dict.fromkeys((s.draft_engine, getattr(s, "draft_dtype", None)) for s in setups if s.draft_engine))
+    drafts = tuple(dict.fromkeys((s.draft_engine, s.draft_dtype) for s in setups if s.draft_engine))
     quiet = args.quiet
     bar = _Bar(quiet)
 

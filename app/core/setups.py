@@ -55,6 +55,10 @@ class Baseline:
     def draft_engine(self) -> str | None:
         return None
 
+    @property
+    def draft_dtype(self) -> str | None:
+        return None
+
 
 @dataclass(frozen=True)
 class DraftModel:
@@ -107,6 +111,10 @@ class NGram:
     def draft_engine(self) -> str | None:
         return None
 
+    @property
+    def draft_dtype(self) -> str | None:
+        return None
+
 
 @dataclass(frozen=True)
 class HFAssisted:
@@ -143,6 +151,10 @@ class HFLookup:
     def draft_engine(self) -> str | None:
         return None
 
+    @property
+    def draft_dtype(self) -> str | None:
+        return None
+
 
 @dataclass(frozen=True)
 class TRTLLM:
@@ -156,6 +168,10 @@ class TRTLLM:
 
     @property
     def draft_engine(self) -> str | None:
+        return None
+
+    @property
+    def draft_dtype(self) -> str | None:
         return None
 
 

@@ -42,7 +42,6 @@ def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-
 def load_tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
@@ -182,7 +181,6 @@ class HFEngine(TokenizerMixin):
             ids.add(self.tokenizer.eos_token_id)
         self.eos_ids = frozenset(int(i) for i in ids)
 
-
     def new_session(self) -> HFSession:
         return HFSession(self)
 
@@ -204,10 +202,8 @@ class HFEngine(TokenizerMixin):
         self.folder = None
         self.load_s = 0.0
         self.vocab_size = _vocab_rows(model)
-        self.packed_linears = 0
-        self.int8_linears = sum(1 for m in model.modules() if type(m).__name__ == "Linear" and type(m).__module__.startswith("torch.ao"))
-        if self.int8_linears:
-            self.dtype = "int8"
+        self.packed_linears = self.int8_linears = 0
+        self.int8_tv = None
         eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         return self

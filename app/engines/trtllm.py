@@ -812,7 +812,6 @@ class TRTLLMEngine(TokenizerMixin):
             kw["medusa_choices"] = [list(x) for x in c.medusa_choices or ()]
         self.runner = ModelRunnerCpp.from_dir(engine_dir=c.engine_dir, **kw)
 
-
     def sync(self) -> None:
         _sync()
 

@@ -42,7 +42,7 @@ def lane_events(
         target = pool.get(target_name, device, dtype)
         draft = None
         if setup.draft_engine:
-            draft = pool.get_draft(target_name, target, setup.draft_engine, device, getattr(setup, "draft_dtype", None) or dtype)
+            draft = pool.get_draft(target_name, target, setup.draft_engine, device, setup.draft_dtype or dtype)
         prompt_ids = target.encode_prompt(spec.prompt, chat=chat)
         yield LaneStarted(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, tuple(prompt_ids), spec.prompt)
         if isinstance(setup, (HFAssisted, HFLookup)):
