@@ -135,161 +135,179 @@ def _prompts(args):
     return load_suite(args.suite)
 
 
-def _collect(client, run_id: str, on_event=None, timeout: float = 3600.0):
-    """Drain events of one run until RunFinished. Returns (stats list, errors list).
+def _check_writable(path: str) -> None:
+    """Refuse an output path that cannot be written before any work is done."""
+    p = os.path.abspath(path)
+    parent = os.path.dirname(p) or "."
+    if os.path.isdir(p):
+        raise SetupError(f"--json {path}: is a folder", fix="give a file name, e.g. --json report.json")
+    if not os.path.isdir(parent):
+        raise SetupError(f"--json {path}: the folder {parent} does not exist", fix=f"create it (mkdir -p {parent}) or pick another path")
+    if not os.access(parent, os.W_OK) or (os.path.exists(p) and not os.access(p, os.W_OK)):
+        raise SetupError(f"--json {path}: not writable here", fix="pick a path you can write to")
+
+
+def _write_json(doc: dict, path: str) -> str:
+    """Write the report to `path`; if that fails, to a file in the current or temp folder. Returns where it went.
 
     Raises:
-        WorkerDiedError: when the worker dies; results so far are attached as `.partial`.
+        SpecDeckError: when no place could take it (the message names every place tried).
+    """
+    import tempfile
+
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    tried = []
+    name = f"specdeck-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for where in (path, os.path.join(os.getcwd(), name), os.path.join(tempfile.gettempdir(), name)):
+        try:
+            with open(where, "w", encoding="utf-8") as f:
+                f.write(text)
+            return where
+        except OSError as e:
+            tried.append(f"{where}: {e.strerror or e}")
+    raise SpecDeckError("could not save the report: " + "; ".join(tried), fix="free disk space or pick another --json path")
+
+
+class _Stuck(Exception):
+    pass
+
+
+def _collect(client, run_id: str, on_event, silence_s: float) -> None:
+    """Feed events of one run to `on_event` until its RunFinished.
+
+    Raises:
+        WorkerDiedError: the worker died (everything received before stays with the caller).
+        _Stuck: nothing at all (not even a heartbeat) came from the worker for `silence_s` seconds.
     """
     from app.core.errors import WorkerDiedError
-    from app.core.events import RunDone, RunError
     from app.worker.messages import RunFinished, WorkerDied
 
-    stats, errors = [], []
     while True:
         try:
-            ev = client.get(timeout=timeout)
+            ev = client.get(timeout=silence_s)
         except queue.Empty:
-            raise SpecDeckError(f"no event from the worker for {timeout:.0f} s", fix="the worker seems stuck; rerun") from None
-        if on_event:
-            on_event(ev)
-        if isinstance(ev, RunDone):
-            stats.append(ev.stats)
-        elif isinstance(ev, RunError):
-            errors.append(ev)
-        elif isinstance(ev, WorkerDied):
-            err = WorkerDiedError(f"{ev.message} (exit code {ev.exitcode})", fix="rerun the command; if it was out of memory, use a smaller model or fewer tokens")
-            err.partial = (stats, errors)  # type: ignore[attr-defined]
-            raise err
-        elif isinstance(ev, RunFinished) and ev.run_id == run_id:
-            return stats, errors
+            raise _Stuck(f"the worker (pid {client.pid}) sent nothing, not even a heartbeat, for {silence_s:.0f} s") from None
+        on_event(ev)
+        if isinstance(ev, WorkerDied):
+            raise WorkerDiedError(f"{ev.message} (exit code {ev.exitcode})",
+                                  fix="rerun the command; if it was out of memory, use a smaller model or fewer tokens")
+        if isinstance(ev, RunFinished) and ev.run_id == run_id:
+            return
 
 
 def cmd_bench(args) -> int:
-    from app.core.events import Progress, RunDone, StepEvent
-    from app.core.report import attach_baseline, build_report
+    from app.core.errors import WorkerDiedError
+    from app.core.events import Progress, RunDone, RunError
     from app.core.setups import Sampling, parse_setup
     from app.worker.client import WorkerClient
-    from app.worker.messages import LaneSpec, LoadEngines, RunLanes
+    from app.worker.messages import EnginesLoaded, LoadEngines, WorkerDied
+    from app.worker.plan import RunPlan, RunResults
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k, args.seed, args.max_new_tokens).validated()
-    setups = [parse_setup(s) for s in (args.setup or [])]
-    if args.repeats < 1:
-        raise SetupError(f"--repeats must be >= 1, got {args.repeats}")
-    labels = ["baseline"] + [s.label for s in setups if s.label != "baseline"]
-    labels = list(dict.fromkeys(labels))
-    prompts = _prompts(args)
-    drafts = tuple(dict.fromkeys((s.draft_engine, s.draft_dtype) for s in setups if s.draft_engine))
+    if args.json and args.json != "-":
+        _check_writable(args.json)
+    setups = ["baseline", *(args.setup or [])]
+    labels = list(dict.fromkeys(parse_setup(s).label for s in setups))
+    plan = RunPlan(args.target, tuple(labels), tuple(_prompts(args)), sampling, mode=args.mode, chat=not args.no_chat,
+                   repeats=args.repeats, device=args.device, dtype=args.dtype, warmup_tokens=max(0, args.warmup), run_id="bench")
     quiet = args.quiet
     bar = _Bar(quiet)
+    silence_s = float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30"))
 
     def on_event(ev) -> None:
         if isinstance(ev, Progress):
             bar(ev.task, ev.done, ev.total, ev.unit)
 
     client = WorkerClient()
-    t_start = time.perf_counter()
-    interrupted = False
-
-    def on_sigint(signum, frame):
-        nonlocal interrupted
-        interrupted = True
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGINT, on_sigint)
+    results = RunResults(plan)
+    device, dtype = args.device or "auto", args.dtype or "auto"
+    failure: str | None = None
+    rc = 0
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    pbar = None
     try:
         ready = client.start()
         if not quiet:
             print(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})", file=sys.stderr)
-        client.send(LoadEngines("load", args.target, drafts, args.device, args.dtype))
+        client.send(LoadEngines("load", plan.target, plan.drafts, plan.device, plan.dtype))
         loaded = None
-        from app.core.events import RunError
-        from app.worker.messages import EnginesLoaded, WorkerDied
-
         while loaded is None:
-            ev = client.get(timeout=3600)
+            try:
+                ev = client.get(timeout=silence_s)
+            except queue.Empty:
+                raise _Stuck(f"the worker (pid {client.pid}) sent nothing, not even a heartbeat, for {silence_s:.0f} s while loading") from None
             on_event(ev)
             if isinstance(ev, EnginesLoaded):
                 loaded = ev
             elif isinstance(ev, RunError):
-                raise SpecDeckError(ev.message) if ev.kind != "internal" else RuntimeError(ev.message)
+                raise SpecDeckError(ev.message)
             elif isinstance(ev, WorkerDied):
-                from app.core.errors import WorkerDiedError
-
                 raise WorkerDiedError(ev.message, fix="rerun the command")
         device, dtype = loaded.engines[0][1], loaded.engines[0][2]
         if not quiet:
             for name, dev, dt, load_s in dict.fromkeys(loaded.engines):
                 print(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s", file=sys.stderr)
-        common = dict(target=args.target, sampling=sampling, mode=args.mode, chat=not args.no_chat, device=args.device, dtype=args.dtype)
-        if args.warmup > 0:
-            warm = tuple(LaneSpec(f"w{i}", s, prompts[0].id, prompts[0].prompt, group="warmup") for i, s in enumerate(labels))
-            client.send(RunLanes(run_id="warmup", lanes=warm, **{**common, "sampling": Sampling(0.0, 1.0, 0, 0, args.warmup)}))
-            _, errs = _collect(client, "warmup", on_event)
-            if errs:
-                for e in errs:
+        warm = plan.warmup_command()
+        if warm is not None:
+            werrs: list = []
+            client.send(warm)
+            _collect(client, warm.run_id, lambda ev: (on_event(ev), isinstance(ev, RunError) and werrs.append(ev)), silence_s)
+            if werrs:
+                for e in werrs:
                     print(f"error: {e.message}", file=sys.stderr)
                 return 2
-        lanes = []
-        for p in prompts:
-            for r in range(args.repeats):
-                for i, s in enumerate(labels):
-                    lanes.append(LaneSpec(f"{p.id}#{r}/{i}", s, p.id, p.prompt, repeat=r, group=f"{p.id}#{r}"))
         from tqdm import tqdm
 
-        pbar = tqdm(total=len(lanes), desc="bench", unit="lane", file=sys.stderr, disable=quiet, dynamic_ncols=True)
-        toks = [0]
+        pbar = tqdm(total=results.total, desc="bench", unit="lane", file=sys.stderr, disable=quiet, dynamic_ncols=True)
 
         def on_main(ev) -> None:
             on_event(ev)
-            if isinstance(ev, StepEvent):
-                toks[0] += len(ev.emitted_ids)
-                pbar.set_postfix_str(f"{toks[0]} tokens", refresh=False)
-            elif isinstance(ev, RunDone):
+            results.on_event(ev)
+            if isinstance(ev, RunDone) and not plan.is_warmup(ev.lane_id):
                 pbar.update(1)
                 pbar.set_postfix_str(f"{ev.stats.setup} {ev.stats.prompt_id}: {ev.stats.tokens_per_s:.1f} tok/s")
-            elif isinstance(ev, RunError):
+            elif isinstance(ev, RunError) and not plan.is_warmup(ev.lane_id):
                 pbar.update(1)
+            elif getattr(ev, "emitted_ids", None):
+                pbar.set_postfix_str(f"{results.tokens} tokens", refresh=False)
 
-        client.send(RunLanes(run_id="bench", lanes=tuple(lanes), **common))
-        stats, errors = _collect(client, "bench", on_main)
-        pbar.close()
+        client.send(plan.command())
+        _collect(client, plan.run_id, on_main, silence_s)
     except KeyboardInterrupt:
-        print("\ninterrupted: cancelling", file=sys.stderr)
-        return 130
+        failure, rc = "interrupted (Ctrl-C)", 130
+    except WorkerDiedError as e:
+        failure, rc = str(e), 2
+    except _Stuck as e:
+        failure, rc = f"{e}; it was stopped (kill -STOP?) or is hung. Stopped it.", 2
+        client.kill()
     finally:
         signal.signal(signal.SIGINT, old)
+        if pbar is not None:
+            pbar.close()
         bar.close()
         client.stop()
-    for e in errors:
-        print(f"error in lane {e.lane_id}: {e.message}", file=sys.stderr)
-    rank = {label: i for i, label in enumerate(labels)}
-    stats = sorted(attach_baseline(stats), key=lambda r: rank.get(r.setup, len(rank)))  # baseline, then as asked
-    doc = build_report(
-        args.target,
-        device,
-        dtype,
-        stats,
-        sampling={"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "seed": sampling.seed, "max_new_tokens": sampling.max_new_tokens},
-        extra={
-            "mode": args.mode,
-            "repeats": args.repeats,
-            "prompts": len(prompts),
-            "categories": {p.id: p.category for p in prompts if p.category},
-            "bench_wall_s": round(time.perf_counter() - t_start, 2),
-            "errors": [e.message for e in errors],
-        },
-    )
-    if args.json:
-        text = json.dumps(doc, indent=1, ensure_ascii=False)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-    if args.json != "-":
+    for e in results.errors.values():
+        print(f"error in lane {e.lane_id}: {e.message}" if e.lane_id else f"error: {e.message}", file=sys.stderr)
+    extra = {"errors": results.error_messages() + ([failure] if failure else [])}
+    if failure:
+        extra["incomplete"] = f"{len(results.completed())} of {results.total} lanes completed: {failure}"
+    doc = results.report(device, dtype, extra)
+    if failure:
+        print(f"\n{failure}: keeping the {len(results.completed())} of {results.total} lanes that completed", file=sys.stderr)
+        if not results.completed():
+            return rc
+    if args.json == "-":
+        print(json.dumps(doc, indent=1, ensure_ascii=False))
+    else:
         print(render_summary(doc))
-    return 2 if errors else 0
+        if args.json:
+            where = _write_json(doc, args.json)
+            if where != args.json:
+                print(f"error: could not write {args.json}; the report was saved to {where}", file=sys.stderr)
+                rc = rc or 2
+    if results.errors:
+        rc = rc or 2
+    return rc
 
 
 def render_summary(doc: dict) -> str:
@@ -348,6 +366,31 @@ def render_categories(doc: dict) -> str:
     return format_table(["setup", *names], rows)
 
 
+def describe_setups() -> str:
+    """Every registered setup type with its parameters (read from the registry): `python -m app setups`."""
+    from app.core.setups import grammar, kinds
+
+    out = [grammar(), ""]
+    for k in kinds():
+        out.append(f"{k.prefix}: {k.summary}")
+        if k.engine is not None:
+            out.append(f"  <engine>  {k.engine.help} (role: {k.engine.role})")
+        for p in k.params:
+            rng = ""
+            if p.choices:
+                rng = " | ".join(p.choices)
+            elif p.min is not None and p.max is not None:
+                rng = f"[{p.format(p.min)}, {p.format(p.max)}{')' if p.max_exclusive else ']'}"
+            default = p.unset or "unset" if p.default is None else p.format(p.default)
+            out.append(f"  {p.name:<9} {p.type.__name__:<5} default {default}; {rng}  {p.help}".rstrip())
+    return "\n".join(out)
+
+
+def cmd_setups(args) -> int:
+    print(describe_setups())
+    return 0
+
+
 def cmd_worker_stats(args) -> int:
     from app.worker.probe import measure
 
@@ -392,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="convert again even if cached")
     c.add_argument("--quiet", action="store_true")
     c.set_defaults(func=cmd_convert)
+
+    st = sub.add_parser("setups", help="list the setup types (the --setup grammar) and their parameters")
+    st.set_defaults(func=cmd_setups)
 
     w = sub.add_parser("worker-stats", help="measure worker start-up, event latency and cancel latency")
     w.add_argument("--target", default="smollm2-135m-instruct")

@@ -63,7 +63,7 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--setup", "draft:x,k=0"], ["k must be > 0", "setup grammar"]),
+        (["--setup", "draft:x,k=0"], ["k must be in [1, 256]", "setup grammar"]),
         (["--setup", "medusa"], ["unknown method", "setup grammar"]),
         (["--temperature", "-1"], ["temperature must be >= 0"]),
     ],

@@ -32,7 +32,7 @@ def test_core_is_stdlib_only():
 
 
 def test_telemetry_and_worker_do_not_import_the_ui():
-    for pkg in ("core", "spec", "engines", "worker", "telemetry"):
+    for pkg in ("core", "speculative", "engines", "worker", "telemetry"):
         for p in (APP / pkg).rglob("*.py"):
             src = p.read_text(encoding="utf-8")
             assert "app.ui" not in src, p

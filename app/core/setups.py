@@ -1,218 +1,377 @@
-"""Setup strings: what a lane does, parsed from the CLI, saved sessions and the GUI.
+"""Setup strings and the setup-type registry: what a lane does, parsed from the CLI, saved sessions and the GUI.
 
-Grammar (see DESIGN.md)::
+A *setup type* (a kind of lane: ``draft``, ``ngram``, ``trtllm``, …) is one module under ``app/lanes`` that
+declares a frozen dataclass (subclass of :class:`SetupBase`) whose fields are its parameters, declared with
+:func:`param` (type, default, range or choices, help) and :func:`engine_arg` (the engine named right after the
+colon), plus a ``build(setup, env)`` function that returns its lane runner. It registers itself with one line,
+``KIND = register(SetupKind(...))``; the built-in kinds are listed in :data:`BUILTIN_KINDS` (loaded on first use),
+and ``SPECDECK_SETUP_KINDS=pkg.module[,…]`` adds third-party ones in every process (CLI, GUI, worker): such a
+module registers itself or exposes ``KIND`` (or ``KINDS``).
 
-    baseline
-    draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,cstop=P][,dtype=D]
-    ngram[:n=3,k=8]
-    hf-assisted:<engine>[,k=N][,dtype=D]
-    hf-lookup[:k=10]
-    trtllm:<engine>
+The parser, the grammar in error messages, the scheduler, the GUI setup editor and the README all read this
+registry. String form::
+
+    <prefix>[:<engine>][,key=value…]      (or <prefix>:key=value… for kinds without an engine)
+
+Every setup's ``.label`` parses back to an equal setup.
+
+This module is stdlib only: kind modules are imported by name, never at import time of core.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import os
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar
 
 from app.core.errors import SetupError
 
 __all__ = [
-    "GRAMMAR",
+    "BUILTIN_KINDS",
     "DRAFT_DTYPES",
-    "Setup",
-    "Baseline",
-    "DraftModel",
-    "NGram",
-    "HFAssisted",
-    "HFLookup",
-    "TRTLLM",
+    "Param",
+    "EngineArg",
+    "SetupBase",
+    "SetupKind",
+    "param",
+    "engine_arg",
+    "register",
+    "unregister",
+    "kinds",
+    "get_kind",
+    "kind_of",
+    "grammar",
     "parse_setup",
     "Sampling",
 ]
 
-GRAMMAR = (
-    "setup grammar:\n"
-    "  baseline\n"
-    "  draft:<engine>[,k=4][,schedule=constant|heuristic][,stop=P][,cstop=P][,dtype=D]\n"
-    "  ngram[:n=3,k=8]\n"
-    "  hf-assisted:<engine>[,k=N][,dtype=D]\n"
-    "  (D, the draft's precision: float32 | bfloat16 | float16 | int8 (CPU); default: the target's)\n"
-    "  hf-lookup[:k=10]\n"
-    "  trtllm:<engine>          (a TensorRT-LLM engine with the speculative config of its manifest)"
-)
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The target alone, one token per step."""
-
-    @property
-    def label(self) -> str:
-        return "baseline"
-
-    @property
-    def draft_engine(self) -> str | None:
-        return None
-
-    @property
-    def draft_dtype(self) -> str | None:
-        return None
-
-
-@dataclass(frozen=True)
-class DraftModel:
-    """A small draft model proposes up to k tokens per step.
-
-    stop: confidence stop — drafting ends early after a token whose draft probability is below `stop`
-    (0 = off; transformers' assisted generation uses 0.4 by default).
-    cstop: cumulative confidence stop — drafting ends once the draft's probability of the whole proposal (the
-    product of its token probabilities, its own estimate that every draft is accepted) falls below `cstop`, so
-    confident runs draft long and uncertain ones short (0 = off).
-    dtype: the draft's precision (None: the target's). It never changes what is emitted, only acceptance and cost.
-    """
-
-    engine: str
-    k: int = 4
-    schedule: Literal["constant", "heuristic"] = "constant"
-    stop: float = 0.0
-    dtype: str | None = None
-    cstop: float = 0.0
-
-    @property
-    def label(self) -> str:
-        s = f"draft:{self.engine},k={self.k}"
-        s += ",schedule=heuristic" if self.schedule == "heuristic" else ""
-        s += f",stop={self.stop:g}" if self.stop else ""
-        s += f",cstop={self.cstop:g}" if self.cstop else ""
-        return s + (f",dtype={self.dtype}" if self.dtype else "")
-
-    @property
-    def draft_engine(self) -> str | None:
-        return self.engine
-
-    @property
-    def draft_dtype(self) -> str | None:
-        return self.dtype
-
-
-@dataclass(frozen=True)
-class NGram:
-    """Prompt lookup: match the last n tokens earlier in prompt + output, propose what followed (up to k)."""
-
-    n: int = 3
-    k: int = 8
-
-    @property
-    def label(self) -> str:
-        return f"ngram:n={self.n},k={self.k}"
-
-    @property
-    def draft_engine(self) -> str | None:
-        return None
-
-    @property
-    def draft_dtype(self) -> str | None:
-        return None
-
-
-@dataclass(frozen=True)
-class HFAssisted:
-    """Reference lane: transformers' `generate(assistant_model=...)`; tokens only."""
-
-    engine: str
-    k: int | None = None  # None: transformers' own defaults (num_assistant_tokens, confidence threshold)
-    dtype: str | None = None  # the assistant's precision (None: the target's)
-
-    @property
-    def label(self) -> str:
-        return f"hf-assisted:{self.engine}" + (f",k={self.k}" if self.k is not None else "") + (f",dtype={self.dtype}" if self.dtype else "")
-
-    @property
-    def draft_engine(self) -> str | None:
-        return self.engine
-
-    @property
-    def draft_dtype(self) -> str | None:
-        return self.dtype
-
-
-@dataclass(frozen=True)
-class HFLookup:
-    """Reference lane: transformers' `generate(prompt_lookup_num_tokens=k)`; tokens only."""
-
-    k: int = 10
-
-    @property
-    def label(self) -> str:
-        return f"hf-lookup:k={self.k}"
-
-    @property
-    def draft_engine(self) -> str | None:
-        return None
-
-    @property
-    def draft_dtype(self) -> str | None:
-        return None
-
-
-@dataclass(frozen=True)
-class TRTLLM:
-    """A TensorRT-LLM lane: the engine's manifest holds the target and its speculative config."""
-
-    engine: str
-
-    @property
-    def label(self) -> str:
-        return f"trtllm:{self.engine}"
-
-    @property
-    def draft_engine(self) -> str | None:
-        return None
-
-    @property
-    def draft_dtype(self) -> str | None:
-        return None
-
-
 DRAFT_DTYPES = ("float32", "bfloat16", "float16", "int8")
 
-Setup = Baseline | DraftModel | NGram | HFAssisted | HFLookup | TRTLLM
+# prefix -> module that registers it (one line per kind; order = order in the GUI and the grammar)
+BUILTIN_KINDS: dict[str, str] = {
+    "baseline": "app.lanes.baseline",
+    "draft": "app.lanes.draft",
+    "ngram": "app.lanes.ngram",
+    "hf-assisted": "app.lanes.hf_reference",
+    "hf-lookup": "app.lanes.hf_reference",
+    "trtllm": "app.lanes.trtllm",
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One `key=value` parameter of a setup type, as declared with :func:`param`.
+
+    Attributes:
+        name: the key (also the dataclass field).
+        type: int, float or str.
+        default: the value when the key is absent (None: optional, "unset" has a meaning of its own).
+        help: one line for tooltips and the grammar.
+        min, max: inclusive bounds for numbers; `max_exclusive` makes `max` exclusive.
+        choices: the allowed values (str parameters).
+        always: always written in the label (e.g. `k` of `draft:`), else only when not the default.
+        unset: what None means, for optional parameters (GUI special value, grammar), e.g. "library default".
+        gui: the field's short label in the GUI editor (default: the name).
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+    min: float | None = None
+    max: float | None = None
+    max_exclusive: bool = False
+    choices: tuple[str, ...] | None = None
+    always: bool = False
+    unset: str = ""
+    gui: str = ""
+
+    @property
+    def optional(self) -> bool:
+        return self.default is None
+
+    def format(self, value: Any) -> str:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    def syntax(self) -> str:
+        """`k=4`, `schedule=constant|heuristic`, `stop=P`: how the grammar shows it."""
+        if self.choices:
+            return f"{self.name}={'|'.join(self.choices)}" if len(self.choices) <= 3 else f"{self.name}=D"
+        if self.type is float:
+            return f"{self.name}=P" if self.max is not None and self.max <= 1 else f"{self.name}=X"
+        if self.default is None:
+            return f"{self.name}=N"
+        return f"{self.name}={self.format(self.default)}"
+
+    def parse(self, raw: str, bad: Callable[[str], SetupError]) -> Any:
+        """The typed value of `raw`, checked against the bounds or choices."""
+        v: Any
+        if self.type is int:
+            try:
+                v = int(raw)
+            except ValueError:
+                raise bad(f"{self.name} must be an integer, got {raw!r}") from None
+        elif self.type is float:
+            try:
+                v = float(raw)
+            except ValueError:
+                raise bad(f"{self.name} must be a number, got {raw!r}") from None
+            if v != v:  # NaN
+                raise bad(f"{self.name} must be a number, got {raw!r}")
+        else:
+            v = raw
+        if self.choices is not None and v not in self.choices:
+            raise bad(f"{self.name} must be one of {', '.join(self.choices)}, got {raw!r}")
+        if self.type in (int, float):
+            lo, hi = self.min, self.max
+            if self.type is int and lo == 1 and hi is None and v < 1:
+                raise bad(f"{self.name} must be > 0, got {v}")
+            if lo is not None and hi is not None and (v < lo or (v >= hi if self.max_exclusive else v > hi)):
+                close = ")" if self.max_exclusive else "]"
+                raise bad(f"{self.name} must be in [{self.format(lo)}, {self.format(hi)}{close}, got {self.format(v)}")
+            if lo is not None and v < lo:
+                raise bad(f"{self.name} must be >= {self.format(lo)}, got {self.format(v)}")
+            if hi is not None and v > hi:
+                raise bad(f"{self.name} must be <= {self.format(hi)}, got {self.format(v)}")
+        return v
+
+
+@dataclass(frozen=True)
+class EngineArg:
+    """The engine named right after the colon (`draft:<engine>`).
+
+    role: "draft" (a model that must share the target's tokenizer; the GUI offers compatible engines) or
+    "lane" (the lane runs this engine instead of the target, e.g. `trtllm:<engine>`).
+    backends: the manifest backends it accepts (None: any).
+    """
+
+    role: str = "draft"
+    backends: tuple[str, ...] | None = None
+    help: str = ""
+    example: str = "qwen2.5-coder-0.5b-instruct"
+
+
+def param(default: Any, *, help: str = "", min: float | None = None, max: float | None = None, max_exclusive: bool = False,
+          choices: Sequence[str] | None = None, always: bool = False, unset: str = "", gui: str = "") -> Any:
+    """Declare a dataclass field of a setup type as a `key=value` parameter (see :class:`Param`)."""
+    meta = dict(help=help, min=min, max=max, max_exclusive=max_exclusive, choices=tuple(choices) if choices else None,
+                always=always, unset=unset, gui=gui)
+    return dataclasses.field(default=default, metadata={"specdeck_param": meta})
+
+
+def engine_arg(role: str = "draft", *, backends: Sequence[str] | None = None, help: str = "", example: str = "qwen2.5-coder-0.5b-instruct") -> Any:
+    """Declare the dataclass field `engine` of a setup type: the engine named right after the colon."""
+    return dataclasses.field(metadata={"specdeck_engine": EngineArg(role, tuple(backends) if backends else None, help, example)})
+
+
+class SetupBase:
+    """Base of every setup type's frozen dataclass: the label and the engines a lane needs come from its kind."""
+
+    prefix: ClassVar[str] = ""
+
+    @property
+    def label(self) -> str:
+        """The canonical string (what reports show); parses back to an equal setup."""
+        return get_kind(self.prefix).label(self)
+
+    @property
+    def draft_engines(self) -> tuple[tuple[str, str | None], ...]:
+        """(engine, precision or None) of each draft model the lane loads beside the target."""
+        return get_kind(self.prefix).draft_engines(self)
+
+    @property
+    def lane_engine(self) -> str | None:
+        """The engine the lane runs instead of the target (role "lane"), else None."""
+        return get_kind(self.prefix).lane_engine(self)
+
+
+class SetupKind:
+    """A registered setup type.
+
+    Args:
+        setup_cls: the frozen dataclass (subclass of SetupBase, with `prefix` set); its fields are the engine
+            argument (:func:`engine_arg`) and the parameters (:func:`param`).
+        title: the GUI's name of the method ("draft model").
+        summary: one line for the grammar and the README.
+        build: `build(setup, env) -> LaneRunner`, called in the worker (imports torch/engines lazily).
+        reference: the lane reports tokens only (a library's own implementation), no per-step drafting.
+    """
+
+    def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], reference: bool = False) -> None:
+        if not dataclasses.is_dataclass(setup_cls) or not issubclass(setup_cls, SetupBase) or not setup_cls.prefix:
+            raise TypeError(f"{setup_cls!r} must be a frozen dataclass subclassing SetupBase with a prefix")
+        self.setup_cls = setup_cls
+        self.prefix: str = setup_cls.prefix
+        self.title = title
+        self.summary = summary
+        self.build = build
+        self.reference = reference
+        hints = typing.get_type_hints(setup_cls)
+        self.engine: EngineArg | None = None
+        params: list[Param] = []
+        for f in dataclasses.fields(setup_cls):
+            if "specdeck_engine" in f.metadata:
+                if f.name != "engine":
+                    raise TypeError(f"{setup_cls.__name__}: the engine argument must be the field 'engine'")
+                self.engine = f.metadata["specdeck_engine"]
+            elif "specdeck_param" in f.metadata:
+                typ = hints[f.name]
+                base = next((t for t in typing.get_args(typ) if t is not type(None)), typ) if typing.get_args(typ) else typ
+                if base not in (int, float, str):
+                    raise TypeError(f"{setup_cls.__name__}.{f.name}: parameters are int, float or str, got {typ!r}")
+                params.append(Param(f.name, base, f.default, **f.metadata["specdeck_param"]))
+            else:
+                raise TypeError(f"{setup_cls.__name__}.{f.name}: declare it with param() or engine_arg()")
+        self.params: tuple[Param, ...] = tuple(params)
+
+    def __repr__(self) -> str:
+        return f"SetupKind({self.prefix!r})"
+
+    # --- strings ------------------------------------------------------------------------------------
+    def syntax(self) -> str:
+        """`draft:<engine>[,k=4][,…]` as the grammar shows it."""
+        if self.engine is None and not self.params:
+            return self.prefix
+        head = self.prefix + (":<engine>" if self.engine is not None else "")
+        opts = "".join(f"[,{p.syntax()}]" for p in self.params)
+        if self.engine is None:
+            return f"{self.prefix}[:{opts[2:-1]}]" if len(self.params) == 1 else f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]"
+        return head + opts
+
+    def label(self, setup: Any) -> str:
+        parts = []
+        for p in self.params:
+            v = getattr(setup, p.name)
+            if v is None or (not p.always and v == p.default):
+                continue
+            parts.append(f"{p.name}={p.format(v)}")
+        if self.engine is not None:
+            return f"{self.prefix}:{','.join([setup.engine, *parts])}"
+        return f"{self.prefix}:{','.join(parts)}" if parts else self.prefix
+
+    def parse(self, text: str, rest: str) -> Any:
+        def bad(why: str) -> SetupError:
+            return _bad(text, why)
+
+        parts = rest.split(",") if rest.strip() else []
+        kw: dict[str, Any] = {}
+        if self.engine is not None:
+            eng = parts[0].strip() if parts else ""
+            if not eng or "=" in eng:
+                raise bad(f"{self.prefix} needs an engine name first, e.g. {self.prefix}:{self.engine.example}")
+            kw["engine"] = eng
+            parts = parts[1:]
+        elif not self.params and rest.strip():
+            raise bad(f"{self.prefix} takes no parameters")
+        by_name = {p.name: p for p in self.params}
+        seen: set[str] = set()
+        for raw in parts:
+            raw = raw.strip()
+            if not raw:
+                raise bad("empty parameter")
+            if "=" not in raw:
+                raise bad(f"parameter {raw!r} is not key=value")
+            key, value = (s.strip() for s in raw.split("=", 1))
+            if key not in by_name:
+                raise bad(f"unknown parameter {key!r} (allowed: {', '.join(by_name) or 'none'})")
+            if key in seen:
+                raise bad(f"parameter {key!r} given twice")
+            seen.add(key)
+            kw[key] = by_name[key].parse(value, bad)
+        return self.setup_cls(**kw)
+
+    # --- engines ------------------------------------------------------------------------------------
+    def draft_engines(self, setup: Any) -> tuple[tuple[str, str | None], ...]:
+        if self.engine is None or self.engine.role != "draft":
+            return ()
+        return ((setup.engine, getattr(setup, "dtype", None)),)
+
+    def lane_engine(self, setup: Any) -> str | None:
+        return setup.engine if self.engine is not None and self.engine.role == "lane" else None
+
+
+_kinds: dict[str, SetupKind] = {}
+_loaded = False
+
+
+def register(kind: SetupKind, *, replace: bool = False) -> SetupKind:
+    """Add a setup type (a kind module's one line). Raises ValueError when the prefix is taken."""
+    if kind.prefix in _kinds and not replace and _kinds[kind.prefix].setup_cls is not kind.setup_cls:
+        raise ValueError(f"setup type {kind.prefix!r} is already registered")
+    _kinds[kind.prefix] = kind
+    return kind
+
+
+def unregister(prefix: str) -> None:
+    """Remove a setup type (tests)."""
+    _kinds.pop(prefix, None)
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    mods = list(dict.fromkeys(BUILTIN_KINDS.values()))
+    extra = [m.strip() for m in os.environ.get("SPECDECK_SETUP_KINDS", "").split(",") if m.strip()]
+    for mod in mods + extra:
+        try:
+            m = importlib.import_module(mod)
+        except ImportError as e:
+            if mod in extra:
+                raise SetupError(f"cannot import setup type module {mod!r} (SPECDECK_SETUP_KINDS): {e}",
+                                 fix="fix the module name in SPECDECK_SETUP_KINDS or make it importable") from None
+            raise
+        if mod in extra:  # a plug-in module may register itself or just expose KIND (or KINDS)
+            for k in (getattr(m, "KIND", None), *getattr(m, "KINDS", ())):
+                if isinstance(k, SetupKind) and k.prefix not in _kinds:
+                    register(k)
+
+
+def kinds() -> list[SetupKind]:
+    """Registered setup types, built-ins first in their declared order."""
+    _load()
+    order = list(BUILTIN_KINDS)
+    return sorted(_kinds.values(), key=lambda k: order.index(k.prefix) if k.prefix in order else len(order))
+
+
+def get_kind(prefix: str) -> SetupKind:
+    _load()
+    try:
+        return _kinds[prefix]
+    except KeyError:
+        raise SetupError(f"unknown setup type {prefix!r}", fix=grammar()) from None
+
+
+def kind_of(setup: Any) -> SetupKind:
+    return get_kind(setup.prefix)
+
+
+def grammar() -> str:
+    """The setup grammar, read from the registry (error messages, tooltips, README)."""
+    lines = ["setup grammar (python -m app setups explains each):"]
+    for k in kinds():
+        lines.append(f"  {k.syntax()}")
+    notes = []
+    for k in kinds():
+        for p in k.params:
+            if p.choices and len(p.choices) > 3:
+                note = f"  ({p.name[0].upper()}: {' | '.join(p.choices)})"
+                if note not in notes:
+                    notes.append(note)
+    return "\n".join(lines + notes)
 
 
 def _bad(text: str, why: str) -> SetupError:
-    return SetupError(f"bad setup {text!r}: {why}", fix=GRAMMAR)
+    return SetupError(f"bad setup {text!r}: {why}", fix=grammar())
 
 
-def _int_param(text: str, key: str, value: str) -> int:
-    try:
-        v = int(value)
-    except ValueError:
-        raise _bad(text, f"{key} must be an integer, got {value!r}") from None
-    if v <= 0:
-        raise _bad(text, f"{key} must be > 0, got {v}")
-    return v
-
-
-def _params(text: str, parts: list[str], allowed: dict[str, str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for p in parts:
-        p = p.strip()
-        if not p:
-            raise _bad(text, "empty parameter")
-        if "=" not in p:
-            raise _bad(text, f"parameter {p!r} is not key=value")
-        key, value = (s.strip() for s in p.split("=", 1))
-        if key not in allowed:
-            raise _bad(text, f"unknown parameter {key!r} (allowed: {', '.join(allowed) or 'none'})")
-        if key in out:
-            raise _bad(text, f"parameter {key!r} given twice")
-        out[key] = value
-    return out
-
-
-def parse_setup(text: str) -> Setup:
-    """Parse a setup string.
+def parse_setup(text: str) -> Any:
+    """Parse a setup string into its setup type's dataclass.
 
     Raises:
         SetupError: malformed string or out-of-range value; the message carries the grammar.
@@ -220,53 +379,13 @@ def parse_setup(text: str) -> Setup:
     s = text.strip()
     if not s:
         raise _bad(text, "empty")
-    method, _, rest = s.partition(":")
-    method = method.strip().lower()
-    if method == "baseline":
-        if rest.strip():
-            raise _bad(text, "baseline takes no parameters")
-        return Baseline()
-    if method in ("draft", "hf-assisted"):
-        parts = rest.split(",")
-        engine = parts[0].strip()
-        if not engine or "=" in engine:
-            raise _bad(text, f"{method} needs an engine name first, e.g. {method}:qwen2.5-coder-0.5b-instruct")
-        allowed = {"k": "int", "schedule": "str", "stop": "float", "cstop": "float", "dtype": "str"} if method == "draft" else {"k": "int", "dtype": "str"}
-        kv = _params(text, parts[1:], allowed)
-        dtype = kv.get("dtype")
-        if dtype is not None and dtype not in DRAFT_DTYPES:
-            raise _bad(text, f"dtype must be one of {', '.join(DRAFT_DTYPES)}, got {dtype!r}")
-        if method == "hf-assisted":
-            return HFAssisted(engine=engine, k=_int_param(text, "k", kv["k"]) if "k" in kv else None, dtype=dtype)
-        k = _int_param(text, "k", kv["k"]) if "k" in kv else 4
-        schedule = kv.get("schedule", "constant")
-        if schedule not in ("constant", "heuristic"):
-            raise _bad(text, f"schedule must be constant or heuristic, got {schedule!r}")
-        stops = {}
-        for key in ("stop", "cstop"):
-            if key in kv:
-                try:
-                    stops[key] = float(kv[key])
-                except ValueError:
-                    raise _bad(text, f"{key} must be a number, got {kv[key]!r}") from None
-                if not 0.0 <= stops[key] < 1.0:
-                    raise _bad(text, f"{key} must be in [0, 1), got {stops[key]}")
-        return DraftModel(engine=engine, k=k, schedule=schedule, dtype=dtype, **stops)  # type: ignore[arg-type]
-    if method == "ngram":
-        kv = _params(text, rest.split(",") if rest.strip() else [], {"n": "int", "k": "int"})
-        return NGram(
-            n=_int_param(text, "n", kv["n"]) if "n" in kv else 3,
-            k=_int_param(text, "k", kv["k"]) if "k" in kv else 8,
-        )
-    if method == "hf-lookup":
-        kv = _params(text, rest.split(",") if rest.strip() else [], {"k": "int"})
-        return HFLookup(k=_int_param(text, "k", kv["k"]) if "k" in kv else 10)
-    if method == "trtllm":
-        engine = rest.strip()
-        if not engine or "," in engine or "=" in engine:
-            raise _bad(text, "trtllm needs exactly one engine name, e.g. trtllm:llama-3.1-8b-eagle3")
-        return TRTLLM(engine)
-    raise _bad(text, f"unknown method {method!r}")
+    prefix, _, rest = s.partition(":")
+    prefix = prefix.strip().lower()
+    _load()
+    kind = _kinds.get(prefix)
+    if kind is None:
+        raise _bad(text, f"unknown method {prefix!r}")
+    return kind.parse(text, rest)
 
 
 @dataclass(frozen=True)
@@ -296,4 +415,6 @@ class Sampling:
             raise SetupError(f"top-k must be >= 0, got {self.top_k}", fix="use 0 to disable")
         if self.max_new_tokens < 1:
             raise SetupError(f"max new tokens must be >= 1, got {self.max_new_tokens}", fix="use e.g. 96")
+        if self.max_new_tokens > 1_000_000:
+            raise SetupError(f"max new tokens must be <= 1000000, got {self.max_new_tokens}", fix="use e.g. 96")
         return self

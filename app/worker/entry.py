@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -25,6 +26,9 @@ def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
 
 def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
     """Serve commands until Shutdown (or the parent dies). Every event goes through `evt_conn`."""
+    # Ctrl-C in a terminal reaches the whole process group: the client decides (it cancels and shuts us down),
+    # so the worker ignores SIGINT instead of dying with a traceback mid-forward.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     # Quiet transformers' own progress bars and info logs: progress travels as Progress events.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -33,7 +37,19 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
 
     from app.core.errors import SpecDeckError
     from app.core.events import LogEvent, RunError
-    from app.worker.messages import Cancel, EnginesLoaded, LoadEngines, Ping, Pong, RunFinished, RunLanes, Shutdown, WorkerReady
+    from app.worker.messages import (
+        HEARTBEAT_S,
+        Cancel,
+        EnginesLoaded,
+        Heartbeat,
+        LoadEngines,
+        Ping,
+        Pong,
+        RunFinished,
+        RunLanes,
+        Shutdown,
+        WorkerReady,
+    )
 
     send_lock = threading.Lock()
 
@@ -52,6 +68,16 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
         pass
     dev = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
     emit(WorkerReady(pid=os.getpid(), startup_s=time.time() - t_spawn, torch_version=torch.__version__, device_info=dev))
+
+    def heartbeat() -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            try:
+                emit(Heartbeat(time.time()))
+            except (BrokenPipeError, EOFError, OSError):
+                return
+
+    threading.Thread(target=heartbeat, daemon=True, name="heartbeat").start()
 
     from app.worker.pool import EnginePool
     from app.worker.scheduler import lane_events, schedule

@@ -23,6 +23,8 @@ __all__ = [
     "EnginesLoaded",
     "RunFinished",
     "Pong",
+    "Heartbeat",
+    "HEARTBEAT_S",
     "WorkerDied",
     "WorkerEvent",
     "Mode",
@@ -116,6 +118,17 @@ class Pong:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """Sent by the worker every HEARTBEAT_S seconds from a thread of its own, even during a long forward or load:
+    a client that hears nothing at all for many periods knows the worker is stopped or hung, not busy."""
+
+    t: float
+
+
+HEARTBEAT_S = 1.0
+
+
+@dataclass(frozen=True)
 class WorkerDied:
     """Produced by the client (not the worker) when the worker process ends unexpectedly."""
 
@@ -123,6 +136,6 @@ class WorkerDied:
     message: str
 
 
-WorkerEvent = Event | WorkerReady | EnginesLoaded | RunFinished | Pong | WorkerDied
+WorkerEvent = Event | WorkerReady | EnginesLoaded | RunFinished | Pong | Heartbeat | WorkerDied
 # re-exported for convenience
 _ = (LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent)

@@ -9,12 +9,60 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterator
 
-from app.core.errors import SpecDeckError
+from app.core.accounting import LaneRecorder, drive
+from app.core.errors import SetupError, SpecDeckError
 from app.core.events import LaneStarted, RunDone, RunError
-from app.core.setups import TRTLLM, DraftModel, HFAssisted, HFLookup, NGram, Sampling, parse_setup
+from app.core.setups import Sampling, kind_of, parse_setup
 from app.worker.messages import LaneSpec
 
-__all__ = ["lane_events", "schedule"]
+__all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule"]
+
+
+class PoolEnv:
+    """What a setup type's `build` may use (app.core.setups): the run's target, drafts checked against it, and
+    other engines by name, all from the worker's pool (loaded once, converted when needed)."""
+
+    def __init__(self, pool, target_name: str, device: str | None, dtype: str | None) -> None:
+        self.pool = pool
+        self.target_name = target_name
+        self.device = device
+        self.dtype = dtype
+
+    def target(self):
+        return self.pool.get(self.target_name, self.device, self.dtype)
+
+    def draft(self, name: str, dtype: str | None = None):
+        """A draft model for the target, after checking (tokenizers first) that they share a vocabulary."""
+        return self.pool.get_draft(self.target_name, self.target(), name, self.device, dtype or self.dtype)
+
+    def engine(self, name: str):
+        """Any engine by name (a lane that runs its own engine instead of the target)."""
+        return self.pool.get(name, self.device, self.dtype)
+
+
+def context_length(engine) -> int | None:
+    """Positions the engine can attend to (prompt + generated), when it says: `context_length`, else the HF
+    config's `max_position_embeddings`; None when unknown."""
+    n = getattr(engine, "context_length", None)
+    if n is None:
+        cfg = getattr(getattr(engine, "model", None), "config", None)
+        n = getattr(cfg, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_context(engine, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Refuse a lane whose prompt plus token budget does not fit the engine's context window.
+
+    Raises:
+        SetupError: with the numbers and the fix.
+    """
+    limit = context_length(engine)
+    if limit is not None and prompt_tokens + max_new_tokens > limit:
+        raise SetupError(
+            f"the prompt is {prompt_tokens:,} tokens and up to {max_new_tokens:,} new tokens are asked: "
+            f"{prompt_tokens + max_new_tokens:,} > the {limit:,} positions of {getattr(engine, 'name', 'the engine')}",
+            fix=f"shorten the prompt to at most {max(0, limit - max_new_tokens):,} tokens or lower --max-new-tokens",
+        )
 
 
 def lane_events(
@@ -27,52 +75,21 @@ def lane_events(
     device: str | None = None,
     dtype: str | None = None,
 ) -> Iterator[object]:
-    """All events of one lane: LaneStarted, StepEvents, RunDone — or RunError (never raises for lane errors)."""
+    """All events of one lane: LaneStarted, StepEvents, RunDone — or RunError (never raises for lane errors).
+
+    The lane's setup type (from the registry) builds its runner; the shared LaneRecorder does the accounting.
+    """
     try:
         setup = parse_setup(spec.setup)
-        if isinstance(setup, TRTLLM):
-            # A TensorRT-LLM lane is an engine of its own (target + speculative config from its manifest).
-            engine = pool.get(setup.engine, device, dtype)
-            prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
-            yield LaneStarted(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, tuple(prompt_ids), spec.prompt)
-            yield from engine.run_lane(
-                prompt_ids, sampling, lane_id=spec.lane_id, setup=setup.label, prompt_id=spec.prompt_id, repeat=spec.repeat, cancelled=cancelled
-            )
-            return
-        target = pool.get(target_name, device, dtype)
-        draft = None
-        if setup.draft_engine:
-            draft = pool.get_draft(target_name, target, setup.draft_engine, device, setup.draft_dtype or dtype)
-        prompt_ids = target.encode_prompt(spec.prompt, chat=chat)
+        runner = kind_of(setup).build(setup, PoolEnv(pool, target_name, device, dtype))
+        engine = runner.engine
+        prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
+        check_context(engine, len(prompt_ids), sampling.max_new_tokens)
         yield LaneStarted(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, tuple(prompt_ids), spec.prompt)
-        if isinstance(setup, (HFAssisted, HFLookup)):
-            from app.spec.reference import run_reference_lane
-
-            if getattr(target, "backend", "hf") != "hf":
-                raise SpecDeckError(f"{setup.label} needs a Hugging Face target, {target_name} is {target.backend}", fix="use an hf engine")
-            gen = run_reference_lane(target, setup, prompt_ids, sampling, draft=draft, lane_id=spec.lane_id, prompt_id=spec.prompt_id, repeat=spec.repeat)
-        else:
-            from app.spec.drafters import DraftModelDrafter, NGramDrafter
-            from app.spec.loop import run_lane
-
-            if isinstance(setup, DraftModel):
-                drafter = DraftModelDrafter(draft, setup.k, setup.schedule, setup.stop, setup.cstop)
-            elif isinstance(setup, NGram):
-                drafter = NGramDrafter(setup.n, setup.k)
-            else:
-                drafter = None
-            gen = run_lane(
-                target,
-                drafter,
-                prompt_ids,
-                sampling,
-                lane_id=spec.lane_id,
-                setup=setup.label,
-                prompt_id=spec.prompt_id,
-                repeat=spec.repeat,
-                cancelled=cancelled,
-            )
-        yield from gen
+        sampling = sampling.validated()
+        rec = LaneRecorder(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, sampling.max_new_tokens, engine.eos_ids,
+                           engine.detokenizer(prompt_ids))
+        yield from drive(runner, rec, prompt_ids, sampling, cancelled)
     except SpecDeckError as e:
         yield RunError(spec.lane_id, str(e), kind=type(e).__name__)
     except Exception as e:  # a bug or a backend failure: keep the other lanes going

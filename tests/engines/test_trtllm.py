@@ -1,6 +1,9 @@
-"""TensorRT-LLM backend (app/engines/trtllm.py).
+"""TensorRT-LLM backend: the engine package (app/engines/trtllm/: capability, config, engine) and its lane runners
+(app/speculative/trtllm.py), driven through the shared accounting (app.core.accounting: LaneRecorder + drive) or
+the scheduler's `lane_events`.
 
-TensorRT-LLM cannot be installed here (Linux + CUDA driver + Python 3.10/3.12 only), so almost everything runs
+TensorRT-LLM cannot be installed here (Linux + CUDA driver + Python 3.10/3.12 only; this machine has Python 3.11
+and no CUDA), so almost everything runs
 against ``tests/engines/fake_tensorrt_llm``: a FAKE ``tensorrt_llm`` package that mirrors TensorRT-LLM 1.2's
 documented API — the LLM API reference (``LLM``, ``SamplingParams``, ``llmapi.DraftTargetDecodingConfig /
 NGramDecodingConfig / Eagle3DecodingConfig / MTPDecodingConfig / KvCacheConfig``), ``tensorrt_llm/executor/
@@ -11,20 +14,28 @@ result.py`` (``GenerationResult`` / ``CompletionOutput`` streaming fields, ``req
 
 from __future__ import annotations
 
+import ast
+import importlib
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from app.core.accounting import LaneRecorder, drive
 from app.core.errors import EngineError
-from app.core.events import RunDone, StepEvent
+from app.core.events import LaneStarted, RunDone, RunError, StepEvent
 from app.core.metrics import LaneStats
 from app.core.setups import Sampling
 from app.engines import trtllm
 from app.engines.registry import REPO_ENGINES, EngineManifest, load_manifest
+from app.speculative import trtllm as lanes
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
+APP = Path(__file__).resolve().parents[2] / "app"
+# the submodules themselves (the package attribute `capability` is the function, as before the split)
+CAPABILITY = importlib.import_module("app.engines.trtllm.capability")
+ENGINE = importlib.import_module("app.engines.trtllm.engine")
 
 
 # --- helpers ----------------------------------------------------------------------------------------
@@ -60,6 +71,16 @@ def _manifest(tmp_path: Path, name: str, trt: dict, **source) -> EngineManifest:
     )
 
 
+def _lane(
+    eng, sampling: Sampling, *, lane_id: str = "lane", setup: str = "trtllm", prompt_id: str = "prompt", repeat: int = 0,
+    cancelled=lambda: False, prompt=None,
+):
+    """The lane's events as the scheduler produces them: runner_for(engine) driven with a LaneRecorder."""
+    prompt = list(PROMPT if prompt is None else prompt)
+    rec = LaneRecorder(lane_id, setup, prompt_id, repeat, sampling.max_new_tokens, eng.eos_ids, eng.detokenizer(prompt))
+    return drive(lanes.runner_for(eng), rec, prompt, sampling, cancelled)
+
+
 def _drain(gen) -> tuple[list[StepEvent], LaneStats, RunDone]:
     evs = list(gen)
     done = evs[-1]
@@ -75,13 +96,15 @@ def fake_trt(monkeypatch):
     for k in [k for k in sys.modules if k == "tensorrt_llm" or k.startswith("tensorrt_llm.")]:
         monkeypatch.delitem(sys.modules, k)
     monkeypatch.syspath_prepend(str(FAKE))
-    monkeypatch.setattr(trtllm, "capability", lambda: (True, ""))
+    monkeypatch.setattr(ENGINE, "capability", lambda: (True, ""))  # where the engine and load_engine look it up
     import tensorrt_llm
     from tensorrt_llm import _toy
 
     monkeypatch.setattr(_toy, "EOS_AT", None)
     monkeypatch.setattr(_toy, "PERF_METRICS", True)
     monkeypatch.setattr(_toy, "STREAM_K", 4)
+    monkeypatch.setattr(_toy, "PERF_TOTALS", None)
+    monkeypatch.setattr(_toy, "MAX_SEQ_LEN", None)
     tensorrt_llm.LLM.instances.clear()
     tensorrt_llm.runtime.ModelRunnerCpp.instances.clear()
     yield tensorrt_llm
@@ -195,21 +218,21 @@ def test_capability_here_says_not_installed():
 )
 def test_capability_reasons(monkeypatch, spec, version, py, system, cuda, expect):
     """Each reason, with find_spec / the distribution version / Python / OS / libcuda monkeypatched."""
-    monkeypatch.setattr(trtllm, "_find_spec", lambda name: spec)
-    monkeypatch.setattr(trtllm, "_dist_version", lambda name: version)
-    monkeypatch.setattr(trtllm, "_python_version", lambda: py)
-    monkeypatch.setattr(trtllm, "_system", lambda: system)
-    monkeypatch.setattr(trtllm, "_load_cuda_driver", lambda: cuda)
+    monkeypatch.setattr(CAPABILITY, "_find_spec", lambda name: spec)
+    monkeypatch.setattr(CAPABILITY, "_dist_version", lambda name: version)
+    monkeypatch.setattr(CAPABILITY, "_python_version", lambda: py)
+    monkeypatch.setattr(CAPABILITY, "_system", lambda: system)
+    monkeypatch.setattr(CAPABILITY, "_load_cuda_driver", lambda: cuda)
     ok, why = trtllm.capability()
     assert ok == (expect == "")
     assert why.startswith(expect) if expect else why == ""
 
 
-def test_open_engine_unusable_raises(tmp_path):
-    """open_engine on this machine raises EngineError carrying the capability reason and the install fix."""
+def test_load_engine_unusable_raises(tmp_path):
+    """load_engine on this machine raises EngineError carrying the capability reason and the install fix."""
     m = _manifest(tmp_path, "e", {"decoding": "none"}, model="org/model")
     with pytest.raises(EngineError) as ei:
-        trtllm.open_engine(m)
+        trtllm.load_engine(m)
     assert "not installed" in str(ei.value) and "fix:" in str(ei.value) and "pypi.nvidia.com" in str(ei.value)
 
 
@@ -217,7 +240,7 @@ def test_cpu_device_refused(tmp_path, fake_trt):
     """TensorRT-LLM is CUDA only: --device cpu is refused with the fix."""
     m = _manifest(tmp_path, "e", {"decoding": "none"}, model="org/model")
     with pytest.raises(EngineError, match="CUDA GPUs only"):
-        trtllm.open_engine(m, device="cpu", tokenizer=ToyTokenizer())
+        trtllm.load_engine(m, device="cpu", tokenizer=ToyTokenizer())
 
 
 # --- LLM API objects ------------------------------------------------------------------------------------
@@ -278,7 +301,7 @@ def test_sampling_params_mapping(fake_trt):
 
 
 def _llm_engine(tmp_path, trt, **kw):
-    return trtllm.open_engine(_manifest(tmp_path, "e3", trt, model="org/target"), tokenizer=ToyTokenizer(), **kw)
+    return trtllm.load_engine(_manifest(tmp_path, "e3", trt, model="org/target"), tokenizer=ToyTokenizer(), **kw)
 
 
 def test_llm_lane_streamed_updates_become_steps(tmp_path, fake_trt):
@@ -294,7 +317,7 @@ def test_llm_lane_streamed_updates_become_steps(tmp_path, fake_trt):
     assert llm.model == "org/target" and type(llm.speculative_config).__name__ == "Eagle3DecodingConfig"
     assert llm.kwargs["dtype"] == "bfloat16" and llm.kwargs["kv_cache_config"].free_gpu_memory_fraction == 0.5
     assert (eng.backend, eng.device, eng.vocab_size, eng.eos_ids) == ("trtllm", "cuda", 50, frozenset({2}))
-    steps, st, done = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=20), lane_id="L", setup="trtllm:e3", prompt_id="p", repeat=1))
+    steps, st, done = _drain(_lane(eng, Sampling(max_new_tokens=20), lane_id="L", setup="trtllm:e3", prompt_id="p", repeat=1))
 
     expected = _toy.greedy(PROMPT, 20)
     sizes = _toy.chunk_sizes(20, 3)  # [1, 3, 1, 4→cap 4, 2, 1, 3, 1, 4, ...]
@@ -328,8 +351,20 @@ def test_llm_lane_without_perf_metrics_uses_step_counts(tmp_path, fake_trt, monk
 
     monkeypatch.setattr(_toy, "PERF_METRICS", False)
     eng = _llm_engine(tmp_path, {"decoding": "draft_target", "max_draft_len": 4, "speculative_model": "org/draft"})
-    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=12)))
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=12)))
     assert st.drafted == 4 * (len(steps) - 1) and st.accepted == sum(e.accepted_count for e in steps) == 12 - len(steps)
+
+
+def test_llm_lane_perf_metrics_replace_step_estimate(tmp_path, fake_trt, monkeypatch):
+    """The executor's per-request counters win over the per-update estimate in LaneStats (drafted, accepted);
+    the StepEvents keep the per-update counts."""
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "PERF_TOTALS", (17, 9))
+    eng = _llm_engine(tmp_path, {"decoding": "ngram", "max_draft_len": 4})
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=12)))
+    assert (st.drafted, st.accepted) == (17, 9) and st.acceptance_rate == pytest.approx(9 / 17)
+    assert sum(e.k for e in steps) == 4 * (len(steps) - 1) != 17
 
 
 def test_llm_lane_no_speculation_and_eos(tmp_path, fake_trt, monkeypatch):
@@ -338,7 +373,7 @@ def test_llm_lane_no_speculation_and_eos(tmp_path, fake_trt, monkeypatch):
 
     monkeypatch.setattr(_toy, "EOS_AT", len(PROMPT) + 6)
     eng = _llm_engine(tmp_path, {"decoding": "none"})
-    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=20)))
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=20)))
     assert [e.target_kind for e in steps] == ["baseline"] * 6 and all(len(e.emitted_ids) == 1 for e in steps)
     assert st.output_ids == tuple(_toy.greedy(PROMPT, 6)) and st.stop_reason == "eos" and st.drafted == 0
 
@@ -347,7 +382,7 @@ def test_llm_lane_cancel_aborts_request(tmp_path, fake_trt):
     """Cancellation is polled between updates; the request is aborted and RunDone says cancelled."""
     eng = _llm_engine(tmp_path, {"decoding": "ngram", "max_draft_len": 4})
     seen = []
-    gen = eng.run_lane(PROMPT, Sampling(max_new_tokens=30), cancelled=lambda: len(seen) >= 2)
+    gen = _lane(eng, Sampling(max_new_tokens=30), cancelled=lambda: len(seen) >= 2)
     for ev in gen:
         seen.append(ev)
     done = seen[-1]
@@ -360,7 +395,7 @@ def test_llm_lane_cancel_aborts_request(tmp_path, fake_trt):
 
 def _runner_engine(tmp_path, trt):
     m = _manifest(tmp_path, "dtm", {"api": "runner", "tokenizer_dir": "tok", **trt}, engine_dir="target-eng")
-    return trtllm.open_engine(m, tokenizer=ToyTokenizer())
+    return trtllm.load_engine(m, tokenizer=ToyTokenizer())
 
 
 def test_runner_draft_target_knows_rejected_ids(tmp_path, fake_trt):
@@ -375,7 +410,7 @@ def test_runner_draft_target_knows_rejected_ids(tmp_path, fake_trt):
     for r in (draft_r, target_r):
         assert r.kwargs["kv_cache_enable_block_reuse"] is True and r.kwargs["kv_cache_free_gpu_memory_fraction"] == 0.4
         assert r.kwargs["device_ids"] == [0] and r.kwargs["is_orchestrator_mode"] is True
-    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=24)))
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=24)))
     assert st.output_ids == tuple(_toy.greedy(PROMPT, 24))
     assert steps[0].target_kind == "baseline" and steps[0].drafted_ids == ()
     seq = list(PROMPT) + list(steps[0].emitted_ids)
@@ -404,14 +439,34 @@ def test_runner_draft_target_knows_rejected_ids(tmp_path, fake_trt):
 
 
 def test_runner_draft_target_stops_at_eos(tmp_path, fake_trt, monkeypatch):
-    """An EOS from the target ends the lane with stop_reason eos, EOS included (as app/spec/loop.py does)."""
+    """An EOS from the target ends the lane with stop_reason eos, EOS included (as app/speculative/loop.py does)."""
     from tensorrt_llm import _toy
 
     monkeypatch.setattr(_toy, "EOS_AT", len(PROMPT) + 9)
     eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": "draft-eng"})
-    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=40)))
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=40)))
     assert st.stop_reason == "eos" and st.output_ids[-1] == 2 and len(st.output_ids) == 10
     assert st.output_ids == tuple(_toy.greedy(PROMPT, 40))
+
+
+def test_runner_draft_target_engine_limit(tmp_path, fake_trt, monkeypatch):
+    """A target call that returns no token (the built engine's max_seq_len reached) ends the lane: engine_limit."""
+    from tensorrt_llm import _toy
+
+    monkeypatch.setattr(_toy, "MAX_SEQ_LEN", len(PROMPT) + 10)
+    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": "draft-eng"})
+    steps, st, done = _drain(_lane(eng, Sampling(max_new_tokens=40)))
+    assert st.stop_reason == "engine_limit" and not done.cancelled
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 10)) and steps[-1].emitted_ids == ()
+
+
+def test_runner_draft_target_cancel(tmp_path, fake_trt):
+    """Cancellation is polled before each draft/verify step (after the prefill)."""
+    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": "draft-eng"})
+    seen: list = []
+    for ev in _lane(eng, Sampling(max_new_tokens=40), cancelled=lambda: len(seen) >= 2):
+        seen.append(ev)
+    assert len(seen) == 3 and seen[-1].cancelled and seen[-1].stats.stop_reason == "cancelled" and seen[-1].stats.steps == 2
 
 
 @pytest.mark.parametrize(
@@ -426,7 +481,7 @@ def test_runner_streaming_modes_give_counts(tmp_path, fake_trt, monkeypatch, mod
     (runner,) = fake_trt.runtime.ModelRunnerCpp.instances
     if mode == "medusa":
         assert runner.kwargs["medusa_choices"] == extra["medusa_choices"]
-    steps, st, _ = _drain(eng.run_lane(PROMPT, Sampling(max_new_tokens=15)))
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=15)))
     sizes = _toy.chunk_sizes(15, k)
     assert [len(e.emitted_ids) for e in steps] == sizes
     assert all(e.drafted_ids == () and e.accepted_count == len(e.emitted_ids) - 1 for e in steps[1:])
@@ -438,7 +493,155 @@ def test_trtllm_engine_is_not_a_session_target(tmp_path, fake_trt):
     """Used as --target of an HF setup, the engine explains that it runs only as a trtllm:<engine> lane."""
     eng = _llm_engine(tmp_path, {"decoding": "none"})
     with pytest.raises(EngineError, match="trtllm:e3"):
-        eng.new_session()
+        eng.new_state()
+
+
+# --- runner choice, shared accounting, scheduler -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "trt, source, cls",
+    [
+        ({"decoding": "none"}, {"model": "org/target"}, lanes.LLMApiRunner),
+        ({"decoding": "ngram", "max_draft_len": 4}, {"model": "org/target"}, lanes.LLMApiRunner),
+        (
+            {"api": "runner", "tokenizer_dir": "tok", "mode": "draft_target", "max_draft_len": 4, "draft_engine_dir": "draft-eng"},
+            {"engine_dir": "target-eng"},
+            lanes.CppDraftTargetRunner,
+        ),
+        ({"api": "runner", "tokenizer_dir": "tok", "mode": "redrafter", "max_draft_len": 5}, {"engine_dir": "target-eng"}, lanes.CppStreamRunner),
+        (
+            {"api": "runner", "tokenizer_dir": "tok", "mode": "medusa", "medusa_choices": [[0], [0, 0]]},
+            {"engine_dir": "target-eng"},
+            lanes.CppStreamRunner,
+        ),
+    ],
+)
+def test_runner_for_follows_the_config(tmp_path, fake_trt, trt, source, cls):
+    """runner_for picks the lane runner by `[trtllm] api` and mode; the runner's engine encodes the prompt."""
+    eng = trtllm.load_engine(_manifest(tmp_path, "e", trt, **source), tokenizer=ToyTokenizer())
+    r = lanes.runner_for(eng)
+    assert type(r) is cls and r.engine is eng
+
+
+def test_runner_for_refuses_other_backends():
+    """trtllm:<engine> naming an hf engine is a clear EngineError, not an AttributeError."""
+
+    class HF:
+        name, backend = "qwen", "hf"
+
+    with pytest.raises(EngineError, match='trtllm:qwen needs a backend = "trtllm" engine'):
+        lanes.runner_for(HF())
+
+
+def test_counts_only_steps_table():
+    """CountsOnlySteps on a bare LaneRecorder (k = 3, token limit 8, EOS 2): a coalesced first update is split
+    into the prefill (one baseline token, half the time) and a step; then n tokens → accepted n − 1 of
+    max(k, n − 1); the limit truncates (no target token left: accepted = what remains); empty updates are no step."""
+    rec = LaneRecorder("L", "trtllm", "p", 0, 8, {2})
+    steps = lanes.CountsOnlySteps(rec, 3)
+    evs = steps.push([10, 11, 12], 1.0)
+    evs += steps.push([], 0.3)
+    evs += steps.push([13, 14, 15, 16], 0.5)
+    evs += steps.push([17, 18, 19], 0.25)
+    got = [(e.emitted_ids, e.drafted_count, e.accepted_count, e.target_id, e.target_kind, e.t_wall_s) for e in evs]
+    assert got == [
+        ((10,), None, 0, 10, "baseline", 0.5),
+        ((11, 12), 3, 1, 12, "correction", 0.5),
+        ((13, 14, 15, 16), 3, 3, 16, "bonus", 0.5),
+        ((17,), 3, 1, None, "correction", 0.25),  # only one token of room left: taken as an accepted draft
+    ]
+    assert steps.push([20], 0.1) == [] and rec.done
+    st = rec.stats()
+    assert (st.steps, st.drafted, st.accepted, st.new_tokens, st.prefill_s, st.wall_s) == (4, 9, 5, 8, 0.5, 1.75)
+    assert st.per_position_drafted == (3, 3, 3) and st.per_position_accepted == (3, 1, 1)
+
+
+def test_counts_only_steps_without_speculation_and_eos():
+    """k = 0: each token of an update is one baseline step sharing the update's time; EOS ends the lane."""
+    rec = LaneRecorder("L", "trtllm", "p", 0, 20, {2})
+    steps = lanes.CountsOnlySteps(rec, 0)
+    evs = steps.push([10], 0.2) + steps.push([11, 12, 2, 13], 0.4)
+    assert [(e.emitted_ids, e.target_kind, e.t_wall_s) for e in evs] == [((10,), "baseline", 0.2)] + [
+        ((t,), "baseline", 0.1) for t in (11, 12, 2)
+    ]
+    assert rec.stop_reason == "eos" and rec.stats().drafted == 0
+
+
+def test_llm_request_aborted_when_the_lane_is_dropped(tmp_path, fake_trt):
+    """A consumer that stops reading a lane (closes its generator) leaves no request running in the executor."""
+    eng = _llm_engine(tmp_path, {"decoding": "ngram", "max_draft_len": 4})
+    gen = _lane(eng, Sampling(max_new_tokens=30))
+    next(gen), next(gen)
+    result = fake_trt.LLM.instances[-1].results[-1]
+    assert not result.aborted_called
+    gen.close()
+    assert result.aborted_called
+
+
+def test_lane_events_through_the_scheduler(tmp_path, fake_trt):
+    """`trtllm:<engine>` through app.worker.scheduler.lane_events with the engine `put` in the pool: the registry
+    builds runner_for's runner, the prompt is encoded by the engine's tokenizer, and the events equal a direct
+    drive of the same runner."""
+    from tensorrt_llm import _toy
+
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    eng = _llm_engine(tmp_path, {"decoding": "eagle3", "max_draft_len": 3, "speculative_model": "org/eagle3"})
+    pool = EnginePool()
+    pool.put("e3", eng)
+    spec = LaneSpec("L1", "trtllm:e3", "p1", "hi", repeat=2)
+    evs = list(lane_events(pool, "some-hf-target", spec, Sampling(max_new_tokens=10), chat=True, cancelled=lambda: False))
+    start, *steps, done = evs
+    prompt = ToyTokenizer().encode("hi")
+    assert isinstance(start, LaneStarted) and start.setup == "trtllm:e3" and start.prompt_ids == tuple(prompt)
+    assert isinstance(done, RunDone) and all(isinstance(e, StepEvent) for e in steps)
+    assert done.stats.output_ids == tuple(_toy.greedy(prompt, 10)) and done.stats.repeat == 2
+    assert [len(e.emitted_ids) for e in steps] == _toy.chunk_sizes(10, 3)
+    fake_trt.LLM.instances[-1].results.clear()
+    ref_steps, ref, _ = _drain(_lane(eng, Sampling(max_new_tokens=10), lane_id="L1", setup="trtllm:e3", prompt_id="p1", repeat=2, prompt=prompt))
+    assert [(e.emitted_ids, e.accepted_count, e.drafted_count, e.target_kind) for e in steps] == [
+        (e.emitted_ids, e.accepted_count, e.drafted_count, e.target_kind) for e in ref_steps
+    ]
+    assert (done.stats.drafted, done.stats.accepted, done.stats.output_text) == (ref.drafted, ref.accepted, ref.output_text)
+
+
+def test_trtllm_engine_as_loop_target_is_a_lane_error(tmp_path, fake_trt):
+    """A baseline lane whose --target is a TensorRT-LLM engine ends in RunError saying to use trtllm:<engine>."""
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    pool = EnginePool()
+    pool.put("e3", _llm_engine(tmp_path, {"decoding": "none"}))
+    evs = list(lane_events(pool, "e3", LaneSpec("L", "baseline", "p", "hi"), Sampling(max_new_tokens=4), chat=True, cancelled=lambda: False))
+    err = evs[-1]
+    assert isinstance(err, RunError) and "trtllm:e3" in err.message and err.kind == "EngineError"
+
+
+def _module_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_engine_package_builds_no_events():
+    """The engine package computes or streams tokens only: no events, stats or accounting imports (anywhere in
+    the module, lazy ones included), no lane loop left on the engine; capability never imports tensorrt_llm."""
+    pkg = APP / "engines" / "trtllm"
+    for p in pkg.glob("*.py"):
+        bad = {m for m in _module_imports(p) if m in ("app.core.events", "app.core.metrics", "app.core.accounting")}
+        assert not bad, (p.name, bad)
+    assert not any(m.startswith("tensorrt_llm") for m in _module_imports(pkg / "capability.py"))
+    assert not hasattr(trtllm.TRTLLMEngine, "run_lane") and not hasattr(trtllm, "open_engine")
+    for p in [*pkg.glob("*.py"), APP / "speculative" / "trtllm.py"]:
+        assert len(p.read_text(encoding="utf-8").splitlines()) <= 600, p
 
 
 # --- real library -----------------------------------------------------------------------------------------

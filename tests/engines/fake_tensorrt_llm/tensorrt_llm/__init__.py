@@ -1,7 +1,8 @@
 """A FAKE of ``tensorrt_llm`` (TensorRT-LLM 1.2) for tests on machines without it (it needs Linux, CUDA and
-Python 3.10/3.12). NOT the real library.
+Python 3.10/3.12; the test machine has Python 3.11 and no CUDA). NOT the real library.
 
-It mirrors only what app/engines/trtllm.py uses, as documented for TensorRT-LLM 1.2:
+It mirrors only what the engine package app/engines/trtllm/ uses (its lane runners in app/speculative/trtllm.py
+reach the library only through the engine), as documented for TensorRT-LLM 1.2:
 * ``tensorrt_llm.LLM(model=..., speculative_config=..., **kwargs)`` and ``LLM.generate_async(inputs,
   sampling_params, streaming=True)`` returning a ``GenerationResult`` that iterates itself synchronously
   (``__iter__``/``__next__``), with ``.finished``, ``.abort()``, ``.outputs[0]`` a ``CompletionOutput``
@@ -104,6 +105,8 @@ class GenerationResult:
                 iters = max(0, len(self._sizes) - 1)
                 drafted = iters * self._k
                 accepted = sum(s - 1 for s in self._sizes[1:])
+                if _toy.PERF_TOTALS is not None:
+                    drafted, accepted = _toy.PERF_TOTALS
                 sd = SimpleNamespace(
                     acceptance_rate=accepted / drafted if drafted else 0.0,
                     total_accepted_draft_tokens=accepted,

@@ -4,6 +4,7 @@
 draft/target pair has both accepted and rejected drafts. EOS is id 2 (never produced unless `EOS_AT` is set to
 the sequence length at which the target emits it). `CHUNKS` is the cycle of tokens per streamed iteration the
 fake LLM API and the fake streaming runner emit after the 1-token prefill (capped at max_draft_len + 1).
+Tests set the module's knobs (EOS_AT, CHUNKS, PERF_METRICS, PERF_TOTALS, STREAM_K, MAX_SEQ_LEN) with monkeypatch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ EOS = 2
 EOS_AT: int | None = None
 CHUNKS: list[int] = [3, 1, 4, 2, 1]
 PERF_METRICS = True  # whether the fake LLM API reports request_perf_metrics.speculative_decoding
+# (total_draft_tokens, total_accepted_draft_tokens) the fake LLM API reports instead of its per-iteration counts
+# (a real executor's counters need not match what the lane infers from streamed updates)
+PERF_TOTALS: tuple[int, int] | None = None
+MAX_SEQ_LEN: int | None = None  # the fake runner engines' max_seq_len: generate returns no token past it
 STREAM_K = 4  # max_draft_len the fake streaming runner (ReDrafter, Medusa) caps its chunks with
 
 

@@ -5,6 +5,7 @@ output_sequence_lengths, return_dict, draft_tokens_list=None, **sampling)` → d
 
 An engine_dir whose name contains "draft" behaves as the toy draft model, any other as the toy target. With
 `draft_tokens_list` the target runs one verification iteration: the drafts it agrees with, then its own token.
+With `_toy.MAX_SEQ_LEN` set, no call returns tokens past that sequence length (a built engine's max_seq_len).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class ModelRunnerCpp:
         assert len(batch_input_ids) == 1 and batch_input_ids[0].dtype == torch.int32
         assert return_dict and output_sequence_lengths
         seq = batch_input_ids[0].tolist()
+        room = max(0, _toy.MAX_SEQ_LEN - len(seq)) if _toy.MAX_SEQ_LEN is not None else max_new_tokens
         self.calls.append(
             {"input_len": len(seq), "max_new_tokens": max_new_tokens, "draft_tokens_list": draft_tokens_list, "streaming": streaming, **kw}
         )
@@ -60,8 +62,8 @@ class ModelRunnerCpp:
                     break
             else:
                 out.append(nxt(seq + out))
-            return self._pack(seq + out[:max_new_tokens])
-        gen = _toy.greedy(seq, max_new_tokens, nxt, end_id)
+            return self._pack(seq + out[: min(max_new_tokens, room)])
+        gen = _toy.greedy(seq, min(max_new_tokens, room), nxt, end_id)
         if not streaming:
             return self._pack(seq + gen)
         k = _toy.STREAM_K

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from app.spec.verifier import Verdict, verify_greedy, verify_sampling, warp
+from app.speculative.verifier import Verdict, verify_greedy, verify_sampling, warp
 
 V = 6
 

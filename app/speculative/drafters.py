@@ -7,7 +7,7 @@ from typing import Protocol
 
 import torch
 
-from app.spec.verifier import sample, warp
+from app.speculative.verifier import sample, warp
 
 __all__ = ["DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
 
@@ -125,14 +125,14 @@ class DraftModelDrafter:
         self.schedule = schedule
         self.stop = stop
         self.cstop = cstop
-        self.session = engine.new_session()
+        self.state = engine.new_state()
         self.seen: list[int] = []  # ids in the draft's cache
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.session = self.engine.new_session()
+        self.state = self.engine.new_state()
         self.seen = []
         if len(prompt_ids) > 1:
-            self.session.forward(prompt_ids[:-1], last_only=True)
+            self.state.forward(prompt_ids[:-1], last_only=True)
             self.seen = list(prompt_ids[:-1])
 
     def propose(self, ctx: DraftContext) -> Proposal:
@@ -146,7 +146,7 @@ class DraftModelDrafter:
         while common < lim and self.seen[common] == ids[common]:
             common += 1
         if common < len(self.seen):
-            self.session.crop(common)
+            self.state.crop(common)
             del self.seen[common:]
         feed = ids[common:]
         sampling = ctx.temperature > 0
@@ -156,7 +156,7 @@ class DraftModelDrafter:
         forwards = 0
         p_all = 1.0
         while True:
-            logits = self.session.forward(feed, last_only=True)[-1]  # [V]
+            logits = self.state.forward(feed, last_only=True)[-1]  # [V]
             forwards += 1
             self.seen.extend(feed)
             if sampling:

@@ -10,8 +10,8 @@ from app.core.metrics import first_divergence
 from app.core.setups import Sampling
 from app.engines.hf import HFEngine
 from app.engines.registry import resolve
-from app.spec.drafters import DraftModelDrafter, NGramDrafter
-from app.spec.loop import run_lane
+from app.speculative.drafters import DraftModelDrafter, NGramDrafter
+from app.speculative.loop import run_lane
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
@@ -219,8 +219,15 @@ def test_smollm2_setups_match_the_baseline():
 def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tiny):
     """transformers' assisted generation through our reference lane: same tokens as our baseline, and a k=N lane
     does not leak its k into the next lane that uses the same draft engine (it once did)."""
-    from app.core.setups import parse_setup
-    from app.spec.reference import run_reference_lane
+    from app.core.accounting import LaneRecorder, drive
+    from app.core.setups import kind_of, parse_setup
+
+    class Env:  # what the worker's PoolEnv gives a setup type's build: the target and drafts
+        def target(self):
+            return target
+
+        def draft(self, name, dtype=None):
+            return draft
 
     target, draft = tiny
     ids = target.encode_prompt(PROMPTS[0], chat=False)
@@ -229,7 +236,10 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
     gc = draft.model.generation_config
     before = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule)
     for text in ("hf-assisted:d,k=3", "hf-assisted:d"):
-        evs = list(run_reference_lane(target, parse_setup(text), ids, s, draft=draft))
+        setup = parse_setup(text)
+        runner = kind_of(setup).build(setup, Env())
+        rec = LaneRecorder("lane", setup.label, "p", 0, s.max_new_tokens, target.eos_ids, target.detokenizer(ids))
+        evs = list(drive(runner, rec, ids, s))
         st = evs[-1].stats
         assert st.reference and st.output_ids == base.output_ids, text
         assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == before, text

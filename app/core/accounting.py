@@ -1,0 +1,311 @@
+"""One step accounting for every producer of a lane (our loop, transformers' reference lanes, TensorRT-LLM's
+streams, llama.cpp, remote servers).
+
+A lane runner reports raw facts per step — the tokens it would emit (accepted drafts, then the target token),
+what it drafted (ids, or only a count), how many drafts the target kept, and how long the phases took — to a
+:class:`LaneRecorder`. The recorder alone applies the rules of the glossary (DESIGN.md):
+
+* truncation at the first EOS and at the token limit (an EOS among the accepted drafts ends the step there,
+  with no target token);
+* the target kind: ``baseline`` when nothing was drafted, ``bonus`` when every draft was kept, else
+  ``correction`` (``reference`` for lanes that report tokens only);
+* text pieces (multi-byte safe, through the engine's incremental detokenizer) and rejected-draft text;
+* step 0 is the prefill: its time is ``prefill_s``; ``t_draft_s``, ``t_verify_s`` and ``draft_forwards`` of
+  LaneStats count the decode steps (1…) only;
+* α, τ and per-position counts (through :class:`~app.core.metrics.LaneAccumulator`).
+
+It builds every StepEvent and the lane's LaneStats, so these are computed in one place.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.core.events import RunDone, StepEvent, TargetKind
+from app.core.metrics import LaneAccumulator, LaneStats
+
+if TYPE_CHECKING:
+    from app.core.setups import Sampling
+
+#: A step computed in-process that lasted over STALL_MIN_S seconds while the process got less than STALL_CPU_SHARE
+#: of that in CPU time was stalled (kill -STOP, swapping, a starved VM): CPU inference keeps >= 1 core busy.
+STALL_MIN_S = 1.0
+STALL_CPU_SHARE = 0.25
+
+__all__ = ["STALL_MIN_S", "STALL_CPU_SHARE", "Detokenizer", "LaneEngine", "LaneRunner", "LaneRecorder", "target_kind", "drive"]
+
+
+class Detokenizer(Protocol):
+    """What the recorder needs of an engine's incremental detokenizer (app.engines.base.IncrementalDetokenizer)."""
+
+    def push(self, token_id: int) -> str: ...
+
+    def peek(self, ids: list[int]) -> list[str]: ...
+
+
+class LaneEngine(Protocol):
+    """What the scheduler needs of the engine a lane runs on: prompt encoding, EOS, detokenizing."""
+
+    name: str
+    eos_ids: frozenset[int]
+
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]: ...
+
+    def detokenizer(self, prompt_ids: list[int]) -> Any: ...
+
+
+class LaneRunner(Protocol):
+    """Every way of producing a lane (our loop, a library's reference `generate`, a TensorRT-LLM stream, a
+    llama.cpp context, a remote server) implements this: it computes or streams tokens and reports each step's
+    raw facts to the recorder, yielding the StepEvents the recorder returns. It checks `cancelled()` between
+    steps (then `rec.stop("cancelled")` and return). It never builds events or stats itself.
+
+    Attributes:
+        engine: the engine whose tokenizer encodes the prompt and decodes the output (the target, or the
+            lane's own engine for kinds like `trtllm:`).
+    """
+
+    engine: LaneEngine
+
+    def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]: ...
+
+
+def drive(runner: LaneRunner, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling,
+          cancelled: Callable[[], bool] = lambda: False) -> Iterator[StepEvent | RunDone]:
+    """Run a lane to its end: the runner's StepEvents, then the recorder's RunDone (with LaneStats)."""
+    yield from runner.run(rec, prompt_ids, sampling, cancelled)
+    yield rec.finish()
+
+
+def target_kind(drafted: int, accepted: int) -> TargetKind:
+    """The glossary's kind of a step's target token: baseline (nothing drafted), bonus (all kept), correction."""
+    if drafted == 0:
+        return "baseline"
+    return "bonus" if accepted >= drafted else "correction"
+
+
+ProbsArg = Sequence[float] | Callable[[int, int | None], Sequence[float]] | None
+
+
+class LaneRecorder:
+    """Turns what a lane runner reports into StepEvents and, at the end, one RunDone with LaneStats.
+
+    Args:
+        lane_id, setup, prompt_id, repeat: identify the lane (copied into events and stats).
+        max_new_tokens: the token limit; emitted tokens past it are dropped.
+        eos_ids: end-of-sequence ids of the lane's engine; the first one emitted ends the lane.
+        detokenizer: the engine's incremental detokenizer for this prompt (None: no text, tests).
+        clock: seconds, monotonic; used when a step gives `t_start` instead of its wall time.
+    """
+
+    def __init__(
+        self,
+        lane_id: str,
+        setup: str,
+        prompt_id: str,
+        repeat: int,
+        max_new_tokens: int,
+        eos_ids: Collection[int],
+        detokenizer: Detokenizer | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.lane_id = lane_id
+        self.setup = setup
+        self.prompt_id = prompt_id
+        self.repeat = repeat
+        self.max_new_tokens = max_new_tokens
+        self.eos_ids = frozenset(eos_ids)
+        self.detok = detokenizer
+        self.clock = clock
+        self.acc = LaneAccumulator()
+        self.output_ids: list[int] = []
+        self.text: list[str] = []
+        self.stop_reason = "length"
+        self.lane_t = 0.0
+        self.prefill_s = 0.0
+        self.ttft_s: float | None = None
+        self.draft_forwards = 0
+        self.t_draft_s = 0.0  # decode steps only
+        self.t_verify_s = 0.0
+        self.stall_s = 0.0  # wall time of steps during which the process barely ran (stopped, swapped, starved)
+        self._cpu0: float | None = None
+        self._overrides: dict = {}
+
+    # --- state --------------------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.acc.steps
+
+    @property
+    def remaining(self) -> int:
+        """Tokens the lane may still emit."""
+        return max(0, self.max_new_tokens - len(self.output_ids))
+
+    @property
+    def done(self) -> bool:
+        """True once the lane hit EOS, its token limit, or was stopped."""
+        return self.stop_reason != "length" or self.remaining == 0
+
+    def begin_step(self) -> float:
+        """Mark the start of a step computed in this process; returns the clock. The step's wall time is then
+        checked against the process CPU time it got: a step of over STALL_MIN_S seconds that ran on the CPU for
+        less than STALL_CPU_SHARE of it was stalled (the process was stopped or starved), and its time is counted
+        in `stall_s`, so a speedup built on it is flagged rather than reported."""
+        self._cpu0 = time.process_time()
+        return self.clock()
+
+    def note_stall(self, wall_s: float, cpu_s: float) -> None:
+        """Check one stretch of in-process work (wall vs process CPU seconds) for a stall."""
+        if wall_s > STALL_MIN_S and cpu_s < STALL_CPU_SHARE * wall_s:
+            self.stall_s += wall_s
+
+    def stop(self, reason: str) -> None:
+        """End the lane early: "cancelled", "engine_limit", or "eos" (a backend that stopped at EOS itself)."""
+        if self.stop_reason == "length":
+            self.stop_reason = reason
+
+    # --- steps --------------------------------------------------------------------------------------
+    def step(
+        self,
+        emitted: Sequence[int],
+        *,
+        accepted: int = 0,
+        drafted_ids: Sequence[int] = (),
+        drafted_count: int | None = None,
+        has_target: bool = True,
+        kind: TargetKind | None = None,
+        t_draft_s: float = 0.0,
+        t_verify_s: float = 0.0,
+        t_wall_s: float | None = None,
+        t_start: float | None = None,
+        draft_forwards: int = 0,
+        draft_probs: Sequence[float] | None = None,
+        target_probs: ProbsArg = None,
+    ) -> StepEvent:
+        """Record one step (one target forward) and return its StepEvent.
+
+        Args:
+            emitted: the step's tokens as the runner produced them: `accepted` kept drafts, then the target token
+                (when `has_target`). Truncated here at the first EOS and at the token limit.
+            accepted: a_t, how many leading drafts the target kept.
+            drafted_ids: the drafts, when known; `drafted_count` when only their number is (then ids are ()).
+            kind: force the target kind ("reference" for token-only lanes); default by :func:`target_kind`.
+            t_draft_s, t_verify_s: phase times of this step (seconds).
+            t_wall_s: the whole step's time; or give `t_start` (the runner's clock at the step's start) and the
+                wall time is measured when the event is built, bookkeeping included.
+            draft_forwards: draft model forwards this step (counted for decode steps only, as c is per forward).
+            draft_probs: q(d_i) per drafted token, when known.
+            target_probs: the target's probabilities (kept drafts, first rejected, target token), or a function
+                of the final (accepted, target_id) computed after truncation.
+        """
+        k = drafted_count if drafted_count is not None else len(drafted_ids)
+        a = min(accepted, k)
+        em = list(emitted[: self.remaining])
+        target_id: int | None = em[a] if has_target and len(em) > a else None
+        if len(em) <= a:
+            a, target_id = len(em), None
+        for j, tok in enumerate(em):
+            if tok in self.eos_ids:
+                if j < a:
+                    a, target_id = j + 1, None
+                em = em[: j + 1]
+                self.stop_reason = "eos"
+                break
+        lead = a  # tokens before the target token
+        if kind == "reference":  # tokens only: the chunk's last token stands for the target token
+            a, k = 0, 0
+            target_id = em[-1] if em else None
+            lead = max(0, len(em) - 1)
+        elif kind is None:
+            kind = target_kind(k, a)
+        pieces: list[str] = []
+        rejected_pieces: list[str] = []
+        if self.detok is not None:
+            pieces = [self.detok.push(t) for t in em[:lead]]
+            if len(drafted_ids) > a:
+                rejected_pieces = list(self.detok.peek(list(drafted_ids[a:])))
+            if target_id is not None:
+                pieces.append(self.detok.push(target_id))
+        t_probs = target_probs(a, target_id) if callable(target_probs) else target_probs
+        if t_wall_s is None:
+            t_wall_s = (self.clock() - t_start) if t_start is not None else t_draft_s + t_verify_s
+        if self._cpu0 is not None:
+            self.note_stall(t_wall_s, time.process_time() - self._cpu0)
+            self._cpu0 = None
+        first = self.acc.steps == 0
+        self.lane_t += t_wall_s
+        if first:
+            self.prefill_s = t_wall_s
+        else:
+            self.t_draft_s += t_draft_s
+            self.t_verify_s += t_verify_s
+            self.draft_forwards += draft_forwards
+        if em and self.ttft_s is None:
+            self.ttft_s = self.lane_t
+        self.output_ids.extend(em)
+        self.text.extend(pieces)
+        ev = StepEvent(
+            lane_id=self.lane_id,
+            step=self.acc.steps,
+            drafted_ids=tuple(drafted_ids),
+            accepted_count=a,
+            target_id=target_id,
+            target_kind=kind,
+            t_draft_s=t_draft_s,
+            t_verify_s=t_verify_s,
+            t_wall_s=t_wall_s,
+            emitted_ids=tuple(em),
+            pieces=tuple(pieces),
+            rejected_pieces=tuple(rejected_pieces),
+            draft_probs=tuple(draft_probs[:k]) if draft_probs else None,
+            target_probs=tuple(t_probs) if t_probs is not None else None,
+            t_s=self.lane_t,
+            drafted_count=k if (k and not drafted_ids) else None,
+        )
+        self.acc.add(ev)
+        return ev
+
+    # --- the end ------------------------------------------------------------------------------------
+    def override(self, **fields) -> None:
+        """Replace measured totals in the final stats, for runners that know better: `wall_s` and `ttft_s` of a
+        reference lane timed around the library call, or (`drafted`, `accepted`) from a backend's per-request
+        counters; `reference=True` for token-only lanes."""
+        allowed = {"wall_s", "ttft_s", "prefill_s", "drafted", "accepted", "reference", "t_draft_s", "t_verify_s"}
+        bad = set(fields) - allowed
+        if bad:
+            raise TypeError(f"cannot override {sorted(bad)}")
+        self._overrides.update(fields)
+
+    def stats(self) -> LaneStats:
+        """The lane's LaneStats from everything recorded so far."""
+        acc = self.acc
+        d = dict(
+            setup=self.setup,
+            prompt_id=self.prompt_id,
+            repeat=self.repeat,
+            new_tokens=len(self.output_ids),
+            wall_s=self.lane_t,
+            ttft_s=self.ttft_s if self.ttft_s is not None else self.lane_t,
+            prefill_s=self.prefill_s,
+            steps=acc.steps,
+            drafted=acc.drafted,
+            accepted=acc.accepted,
+            draft_forwards=self.draft_forwards,
+            t_draft_s=self.t_draft_s,
+            t_verify_s=self.t_verify_s,
+            output_ids=tuple(self.output_ids),
+            output_text="".join(self.text),
+            per_position_drafted=tuple(acc.per_position_drafted),
+            per_position_accepted=tuple(acc.per_position_accepted),
+            stop_reason=self.stop_reason,
+        )
+        if "stall_s" in LaneStats.__dataclass_fields__:
+            d["stall_s"] = self.stall_s
+        d.update(self._overrides)
+        return LaneStats(**d)
+
+    def finish(self) -> RunDone:
+        """The lane's last event."""
+        return RunDone(self.lane_id, self.stats(), cancelled=self.stop_reason == "cancelled")

@@ -1,0 +1,381 @@
+"""The `[trtllm]` manifest table and the TensorRT-LLM objects built from it (no ``tensorrt_llm`` import here: the
+library module is passed in, the real one or the tests' fake).
+
+API facts relied on (TensorRT-LLM 1.2; nothing here is copied from it):
+* LLM API reference, https://nvidia.github.io/TensorRT-LLM/llm-api/reference.html: `LLM(model=...,
+  speculative_config=...)`, `DraftTargetDecodingConfig / NGramDecodingConfig / Eagle3DecodingConfig /
+  MTPDecodingConfig` (pydantic models; fields `max_draft_len`, `speculative_model`, `max_matching_ngram_size`,
+  `eagle3_one_model`, `num_nextn_predict_layers`). The draft-model field is `speculative_model` since PR #10099
+  (Dec 2025, in 1.2); `speculative_model_dir` before, kept as an alias: we pick whichever the class declares.
+* `examples/llm-api/llm_speculative_decoding.py` (1.0 → 1.3 docs): how each config is built.
+* `tensorrt_llm/executor/result.py`: `.outputs[0].request_perf_metrics.speculative_decoding.{acceptance_rate,
+  total_accepted_draft_tokens,total_draft_tokens}` when `SamplingParams(return_perf_metrics=True)` (as
+  `trtllm-serve`'s metrics code reads them).
+* `examples/run.py` (ModelRunnerCpp): top_k 1 = greedy, top_p 0 = off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.core.errors import EngineError
+from app.core.setups import Sampling
+from app.engines.registry import EngineManifest
+from app.engines.trtllm.capability import INSTALL_HINT
+
+__all__ = [
+    "LLM_DECODINGS",
+    "RUNNER_MODES",
+    "TRTLLMConfig",
+    "parse_config",
+    "build_speculative_config",
+    "make_sampling_params",
+    "runner_sampling_kwargs",
+    "perf_counts",
+]
+
+LLM_DECODINGS = ("none", "draft_target", "ngram", "eagle3", "mtp")
+RUNNER_MODES = ("draft_target", "redrafter", "medusa")
+
+# ---------------------------------------------------------------------------------------------------
+# manifest [trtllm] table
+# ---------------------------------------------------------------------------------------------------
+
+_COMMON_KEYS = {"api", "tokenizer_dir", "max_draft_len", "device_ids", "kv_cache_free_gpu_memory_fraction"}
+_LLM_KEYS = _COMMON_KEYS | {
+    "decoding",
+    "speculative_model",
+    "max_matching_ngram_size",
+    "eagle3_one_model",
+    "num_nextn_predict_layers",
+    "llm_args",
+}
+_RUNNER_KEYS = _COMMON_KEYS | {"mode", "draft_engine_dir", "medusa_choices"}
+
+
+@dataclass(frozen=True)
+class TRTLLMConfig:
+    """The validated `[trtllm]` table of a manifest.
+
+    Attributes:
+        api: "llm" (LLM API) or "runner" (ModelRunnerCpp on built engines).
+        kind: for api "llm" the decoding (none|draft_target|ngram|eagle3|mtp); for "runner" the mode
+            (draft_target|redrafter|medusa).
+        model: HF id or folder for the LLM API (manifest `[source] model`), else None.
+        engine_dir: built target engine folder (manifest `[source] engine_dir`), else None.
+        max_draft_len: k, tokens drafted per step (ReDrafter: draft length per beam; Medusa: default the depth of
+            the deepest medusa_choices path).
+        speculative_model: draft model / EAGLE-3 head / MTP module (HF id or folder) for the LLM API.
+        max_matching_ngram_size: n-gram match length (ngram).
+        eagle3_one_model: run the EAGLE-3 head inside the target's graph (eagle3).
+        num_nextn_predict_layers: MTP modules (mtp).
+        draft_engine_dir: built draft engine folder (runner draft_target).
+        tokenizer_dir: HF tokenizer folder (required for runner; default: the model folder for the LLM API).
+        medusa_choices: Medusa tree (runner medusa).
+        device_ids: GPUs for the runner engines (orchestrator mode), default [0].
+        kv_cache_free_gpu_memory_fraction: per engine; two runner engines share one GPU, so default 0.4.
+        llm_args: extra keyword arguments passed verbatim to `LLM(...)`.
+    """
+
+    api: str
+    kind: str
+    model: str | None = None
+    engine_dir: str | None = None
+    max_draft_len: int = 0
+    speculative_model: str | None = None
+    max_matching_ngram_size: int = 4
+    eagle3_one_model: bool = True
+    num_nextn_predict_layers: int = 1
+    draft_engine_dir: str | None = None
+    tokenizer_dir: str | None = None
+    medusa_choices: tuple[tuple[int, ...], ...] | None = None
+    device_ids: tuple[int, ...] = (0,)
+    kv_cache_free_gpu_memory_fraction: float | None = None
+    llm_args: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def counts_only(self) -> bool:
+        """True when rejected draft ids are not exposed (everything but the runner's draft_target)."""
+        return not (self.api == "runner" and self.kind == "draft_target")
+
+
+def _local_path(value: str, manifest: EngineManifest) -> str:
+    """A manifest path relative to the manifest's folder; HF ids (`org/name` not on disk) stay as they are."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return str(p)
+    base = manifest.path.parent if manifest.path is not None else Path.cwd()
+    if value.startswith((".", "~")) or (base / p).exists():
+        return str((base / p).resolve())
+    return value
+
+
+def parse_config(manifest: EngineManifest) -> TRTLLMConfig:
+    """Validate a trtllm manifest's `[trtllm]` table (plus `[source] model|engine_dir`).
+
+    Raises:
+        EngineError: unknown key (with a close match), missing or bad value; names the manifest file.
+    """
+    where = manifest.where
+
+    def bad(why: str, fix: str | None = None) -> EngineError:
+        return EngineError(f"engine manifest {where}: {why}", fix=fix or f"edit the [trtllm] table of {where} (see README, TensorRT-LLM)")
+
+    t = manifest.extra.get("trtllm", {}) or {}
+    if not isinstance(t, dict):
+        raise bad("[trtllm] must be a table")
+    model, engine_dir = manifest.extra.get("model"), manifest.extra.get("engine_dir")
+    api = t.get("api", "runner" if engine_dir and not model else "llm")
+    if api not in ("llm", "runner"):
+        raise bad(f"api must be 'llm' or 'runner', got {api!r}")
+    allowed = _LLM_KEYS if api == "llm" else _RUNNER_KEYS
+    for k in t:
+        if k not in allowed:
+            close = difflib.get_close_matches(k, sorted(allowed), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"allowed with api = {api!r}: {', '.join(sorted(allowed))}"
+            raise bad(f"unknown key {k!r} in [trtllm]", f"{hint} (edit {where})")
+
+    def num(key: str, default, typ=int, minimum=0):
+        v = t.get(key, default)
+        if v is None:
+            return None
+        if typ is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise bad(f"{key} must be an integer, got {v!r}")
+        if typ is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise bad(f"{key} must be a number, got {v!r}")
+        if v < minimum:
+            raise bad(f"{key} must be >= {minimum}, got {v!r}")
+        return typ(v)
+
+    def text(key: str) -> str | None:
+        v = t.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, str) or not v:
+            raise bad(f"{key} must be a non-empty string")
+        return v
+
+    tok = text("tokenizer_dir")
+    device_ids = t.get("device_ids", [0])
+    if not isinstance(device_ids, list) or not device_ids or not all(isinstance(i, int) and i >= 0 for i in device_ids):
+        raise bad(f"device_ids must be a non-empty list of GPU indices, got {device_ids!r}")
+    frac = num("kv_cache_free_gpu_memory_fraction", None, float, 0)
+    if frac is not None and not (0.0 < frac <= 1.0):
+        raise bad(f"kv_cache_free_gpu_memory_fraction must be in (0, 1], got {frac}")
+    common = dict(
+        tokenizer_dir=_local_path(tok, manifest) if tok else None,
+        device_ids=tuple(device_ids),
+        kv_cache_free_gpu_memory_fraction=frac,
+    )
+    if api == "llm":
+        if not model:
+            raise bad("api = 'llm' needs [source] model = \"<HF id or folder>\"")
+        kind = t.get("decoding", "none")
+        if kind not in LLM_DECODINGS:
+            raise bad(f"decoding must be one of {', '.join(LLM_DECODINGS)}, got {kind!r}")
+        k = num("max_draft_len", 0 if kind in ("none", "mtp") else None)
+        if kind in ("draft_target", "ngram", "eagle3") and not k:
+            raise bad(f"decoding = {kind!r} needs max_draft_len >= 1")
+        spec_model = text("speculative_model")
+        if kind in ("draft_target", "eagle3") and not spec_model:
+            raise bad(
+                f"decoding = {kind!r} needs speculative_model (HF id or folder of the {'draft model' if kind == 'draft_target' else 'EAGLE-3 head'})"
+            )
+        one = t.get("eagle3_one_model", True)
+        if not isinstance(one, bool):
+            raise bad(f"eagle3_one_model must be true or false, got {one!r}")
+        nextn = num("num_nextn_predict_layers", 1, int, 1)
+        if kind == "mtp" and not k:
+            k = nextn  # MTP drafts one token per module
+        llm_args = t.get("llm_args", {})
+        if not isinstance(llm_args, dict):
+            raise bad("llm_args must be a table of LLM(...) keyword arguments")
+        return TRTLLMConfig(
+            api="llm",
+            kind=kind,
+            model=_local_path(model, manifest),
+            max_draft_len=k or 0,
+            speculative_model=_local_path(spec_model, manifest) if spec_model else None,
+            max_matching_ngram_size=num("max_matching_ngram_size", 4, int, 1),
+            eagle3_one_model=one,
+            num_nextn_predict_layers=nextn,
+            llm_args=dict(llm_args),
+            **common,
+        )
+    # runner
+    if not engine_dir:
+        raise bad("api = 'runner' needs [source] engine_dir = \"<folder built by trtllm-build>\"")
+    kind = t.get("mode")
+    if kind not in RUNNER_MODES:
+        raise bad(f"mode must be one of {', '.join(RUNNER_MODES)}, got {kind!r}")
+    if not tok:
+        raise bad("api = 'runner' needs tokenizer_dir (the HF folder of the target: engines hold no tokenizer)")
+    raw = t.get("medusa_choices")
+    choices: list[list[int]] = []
+    if kind == "medusa":
+        if not isinstance(raw, list) or not raw or not all(isinstance(c, list) and c and all(isinstance(i, int) for i in c) for c in raw):
+            raise bad("mode = 'medusa' needs medusa_choices, a list of non-empty integer lists, e.g. [[0], [0, 0], [1], [0, 1]]")
+        choices = raw
+    # Medusa drafts along its tree: at most the depth of the deepest choice per step
+    k = num("max_draft_len", max(len(c) for c in choices) if kind == "medusa" else None)
+    if not k:
+        what = {
+            "draft_target": "tokens the draft engine proposes per step",
+            "redrafter": "redrafter_draft_len_per_beam",
+            "medusa": "the depth of the Medusa tree",
+        }[kind]
+        raise bad(f"mode = {kind!r} needs max_draft_len >= 1 ({what})")
+    draft_dir = text("draft_engine_dir")
+    if kind == "draft_target" and not draft_dir:
+        raise bad("mode = 'draft_target' needs draft_engine_dir (the draft model's engine folder)")
+    if kind == "draft_target" and common["kv_cache_free_gpu_memory_fraction"] is None:
+        common["kv_cache_free_gpu_memory_fraction"] = 0.4  # two engines on one GPU (examples/draft_target_model)
+    return TRTLLMConfig(
+        api="runner",
+        kind=kind,
+        engine_dir=_local_path(engine_dir, manifest),
+        max_draft_len=k,
+        draft_engine_dir=_local_path(draft_dir, manifest) if draft_dir else None,
+        medusa_choices=tuple(tuple(c) for c in choices) if kind == "medusa" else None,
+        **common,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# LLM API objects (built from the library module passed in: the real one, or the tests' fake)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _declared_fields(cls) -> set[str] | None:
+    """Field names a config/params class declares (pydantic `model_fields`, dataclass fields, or __init__)."""
+    mf = getattr(cls, "model_fields", None)
+    if isinstance(mf, dict):
+        return set(mf)
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    try:
+        import inspect
+
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
+
+
+def _model_field(cls) -> str:
+    """`speculative_model` (TensorRT-LLM >= 1.2) or `speculative_model_dir` (earlier)."""
+    names = _declared_fields(cls)
+    if names is not None and "speculative_model" not in names and "speculative_model_dir" in names:
+        return "speculative_model_dir"
+    return "speculative_model"
+
+
+def build_speculative_config(cfg: TRTLLMConfig, llmapi) -> Any | None:
+    """The `speculative_config` object for `LLM(...)`, or None for decoding = "none".
+
+    Args:
+        cfg: a TRTLLMConfig with api "llm".
+        llmapi: the `tensorrt_llm.llmapi` module (the tests pass a fake mirroring its documented classes).
+
+    Raises:
+        EngineError: the installed TensorRT-LLM lacks the config class.
+    """
+    if cfg.api != "llm" or cfg.kind == "none":
+        return None
+
+    def cls(*names: str):
+        for n in names:
+            c = getattr(llmapi, n, None)
+            if c is not None:
+                return c
+        raise EngineError(
+            f"this TensorRT-LLM has no {names[0]} (decoding = {cfg.kind!r})",
+            fix=f"upgrade: {INSTALL_HINT}",
+        )
+
+    if cfg.kind == "draft_target":
+        c = cls("DraftTargetDecodingConfig")
+        return c(max_draft_len=cfg.max_draft_len, **{_model_field(c): cfg.speculative_model})
+    if cfg.kind == "ngram":
+        c = cls("NGramDecodingConfig")
+        # is_keep_all / is_use_oldest / is_public_pool keep their documented defaults
+        return c(max_draft_len=cfg.max_draft_len, max_matching_ngram_size=cfg.max_matching_ngram_size)
+    if cfg.kind == "eagle3":
+        c = cls("Eagle3DecodingConfig", "EagleDecodingConfig")  # Eagle3DecodingConfig from 1.1; EagleDecodingConfig in 1.0
+        kw = {"max_draft_len": cfg.max_draft_len, _model_field(c): cfg.speculative_model}
+        declared = _declared_fields(c)
+        if declared is None or "eagle3_one_model" in declared:
+            kw["eagle3_one_model"] = cfg.eagle3_one_model
+        return c(**kw)
+    if cfg.kind == "mtp":
+        c = cls("MTPDecodingConfig")
+        kw = {"num_nextn_predict_layers": cfg.num_nextn_predict_layers}
+        declared = _declared_fields(c)
+        if cfg.max_draft_len and (declared is None or "max_draft_len" in declared) and cfg.max_draft_len != cfg.num_nextn_predict_layers:
+            kw["max_draft_len"] = cfg.max_draft_len
+        return c(**kw)
+    raise EngineError(f"unknown decoding {cfg.kind!r}", fix=f"use one of {', '.join(LLM_DECODINGS)}")
+
+
+def make_sampling_params(sampling_params_cls, sampling: Sampling, eos_id: int | None = None):
+    """Map our Sampling to `tensorrt_llm.SamplingParams`.
+
+    Greedy (temperature 0) leaves temperature/top_k/top_p unset, which the SamplingParams doc defines as greedy
+    (speculative decoders accept only a subset of sampling options). Otherwise temperature is passed, top_p only
+    when < 1 and top_k only when > 0 (our 0 = disabled). `seed` and `return_perf_metrics` are passed when the
+    class declares them (the per-request speculative-decoding counts live in the perf metrics).
+    """
+    s = sampling.validated()
+    declared = _declared_fields(sampling_params_cls)
+
+    def ok(name: str) -> bool:
+        return declared is None or name in declared
+
+    kw: dict[str, Any] = {"max_tokens": s.max_new_tokens}
+    if not s.greedy:
+        kw["temperature"] = s.temperature
+        if s.top_p < 1.0:
+            kw["top_p"] = s.top_p
+        if s.top_k > 0:
+            kw["top_k"] = s.top_k
+    if ok("seed"):
+        kw["seed"] = s.seed
+    if ok("return_perf_metrics"):
+        kw["return_perf_metrics"] = True
+    if eos_id is not None and ok("end_id"):
+        kw["end_id"] = eos_id
+    return sampling_params_cls(**kw)
+
+
+def runner_sampling_kwargs(sampling: Sampling, call: int) -> dict:
+    """ModelRunnerCpp.generate sampling kwargs (examples/run.py defaults: top_k 1 = greedy, top_p 0 = off).
+
+    `call` offsets the seed so successive generate calls of one lane do not replay the same random stream.
+    """
+    if sampling.greedy:
+        return {"temperature": 1.0, "top_k": 1, "top_p": 0.0, "random_seed": sampling.seed}
+    return {
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,  # 0 = no top-k limit
+        "top_p": sampling.top_p if sampling.top_p < 1.0 else 0.0,
+        "random_seed": sampling.seed + call,
+    }
+
+
+def perf_counts(result) -> tuple[int, int] | None:
+    """(total_draft_tokens, total_accepted_draft_tokens) of a finished request, when its perf metrics have them."""
+    try:
+        out = result.outputs[0]
+        sd = out.request_perf_metrics.speculative_decoding
+        drafted, accepted = int(sd.total_draft_tokens), int(sd.total_accepted_draft_tokens)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    if drafted <= 0:
+        return None
+    return drafted, accepted

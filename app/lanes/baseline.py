@@ -1,0 +1,25 @@
+"""`baseline`: the target alone, one token per step (our loop with no drafter, timed like every setup)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.setups import SetupBase, SetupKind, register
+
+__all__ = ["Baseline", "KIND"]
+
+
+@dataclass(frozen=True)
+class Baseline(SetupBase):
+    """The target alone, one token per step."""
+
+    prefix = "baseline"
+
+
+def build(setup: Baseline, env):
+    from app.speculative.loop import LoopRunner
+
+    return LoopRunner(env.target())
+
+
+KIND = register(SetupKind(Baseline, "baseline", "the target alone, one token per step", build))

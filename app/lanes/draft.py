@@ -1,0 +1,46 @@
+"""`draft:<engine>`: a small draft model proposes up to k tokens per step; the target verifies them in one pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.setups import DRAFT_DTYPES, SetupBase, SetupKind, engine_arg, param, register
+
+__all__ = ["DraftModel", "KIND"]
+
+
+@dataclass(frozen=True)
+class DraftModel(SetupBase):
+    """A small draft model proposes up to k tokens per step.
+
+    stop: confidence stop — drafting ends early after a token whose draft probability is below `stop`
+    (0 = off; transformers' assisted generation uses 0.4 by default).
+    cstop: cumulative confidence stop — drafting ends once the draft's probability of the whole proposal (the
+    product of its token probabilities, its own estimate that every draft is accepted) falls below `cstop`, so
+    confident runs draft long and uncertain ones short (0 = off).
+    dtype: the draft's precision (None: the target's). It never changes what is emitted, only acceptance and cost.
+    """
+
+    prefix = "draft"
+
+    engine: str = engine_arg("draft", help="draft model: an engine sharing the target's tokenizer")
+    k: int = param(4, min=1, max=256, always=True, help="draft tokens per step (the most, with stop/cstop)")
+    schedule: str = param("constant", choices=("constant", "heuristic"),
+                          help="k schedule: constant, or heuristic (grow k after full acceptance, shrink after a rejection)")
+    stop: float = param(0.0, min=0.0, max=1.0, max_exclusive=True, gui="stop",
+                        help="confidence stop: end the draft after a token with draft probability < P (0 = off)")
+    cstop: float = param(0.0, min=0.0, max=1.0, max_exclusive=True, gui="cstop",
+                         help="cumulative stop: end the draft once the product of its probabilities < P (0 = off)")
+    dtype: str | None = param(None, choices=DRAFT_DTYPES, unset="target's dtype",
+                              help="the draft's precision: float32 | bfloat16 | float16 | int8 (CPU); default: the target's")
+
+
+def build(setup: DraftModel, env):
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.loop import LoopRunner
+
+    draft = env.draft(setup.engine, setup.dtype)
+    return LoopRunner(env.target(), DraftModelDrafter(draft, setup.k, setup.schedule, setup.stop, setup.cstop))
+
+
+KIND = register(SetupKind(DraftModel, "draft model", "a draft model proposes up to k tokens, the target verifies them", build))

@@ -1,0 +1,146 @@
+"""The speculative decoding loop: a generator yielding one StepEvent per step, then RunDone(stats).
+
+Each step: the drafter proposes k ≤ budget−1 tokens; the target runs one forward over
+[pending tokens, d_1 … d_k] and the verifier keeps a_t of them plus one target token (correction or bonus);
+the target cache is cropped back past the rejected drafts. The pending tokens are the whole prompt in step 0
+(so the prefill forward verifies the first drafts too, as transformers' assisted generation does) and the last
+emitted token afterwards. The baseline is the same loop with no drafter, so every setup is timed the same way.
+
+Timing (seconds, lane clock): each step's `t_draft_s`/`t_verify_s`/`t_wall_s` wrap its phases (synchronising
+CUDA first). Step 0 (prompt forward, with the draft's own prefill) is reported as `prefill_s`; `t_draft_s`,
+`t_verify_s` and `draft_forwards` of LaneStats count the later steps only, so per-step costs and c are not
+skewed by prompt length. `wall_s` is the whole generation, prefill included (Spec-Bench's convention);
+`ttft_s` is lane start → first token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from app.core.accounting import LaneRecorder, drive
+from app.core.events import RunDone, StepEvent
+from app.core.setups import Sampling
+from app.speculative.drafters import DraftContext, Drafter, NoDrafter
+from app.speculative.verifier import verify_greedy, verify_sampling, warp
+
+__all__ = ["LoopRunner", "run_lane", "make_generator"]
+
+
+def make_generator(seed: int) -> torch.Generator:
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    return g
+
+
+class LoopRunner:
+    """Our speculative loop as a lane runner: the drafter proposes, the target verifies in one forward.
+
+    Args:
+        target: an Engine with step-by-step decode states (the model whose distribution is preserved).
+        drafter: the setup's drafter; None (or NoDrafter) for the baseline.
+    """
+
+    def __init__(self, target, drafter: Drafter | None = None) -> None:
+        self.engine = target
+        self.drafter = drafter or NoDrafter()
+
+    def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        target, drafter, clock = self.engine, self.drafter, rec.clock
+        sampling = sampling.validated()
+        greedy = sampling.greedy
+        gen = make_generator(sampling.seed)
+        eos = target.eos_ids
+        sync = getattr(target, "sync", lambda: None)
+        seq = list(prompt_ids)
+        tstate = target.new_state()
+        pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
+        while not rec.done:
+            if rec.steps > 0 and cancelled():
+                rec.stop("cancelled")
+                return
+            t0 = rec.begin_step()
+            if rec.steps == 0:
+                drafter.start(list(prompt_ids))
+            remaining = rec.remaining
+            ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos)
+            prop = drafter.propose(ctx)
+            drafted = prop.ids[: max(0, remaining - 1)]
+            k = len(drafted)
+            sync()
+            t1 = clock()
+            base_len = tstate.length
+            logits = tstate.forward([*pending, *drafted], keep=k + 1)  # [k + 1, V]
+            if greedy:
+                verdict = verify_greedy(logits, drafted)
+                probs = logits.softmax(-1)
+            else:
+                probs = warp(logits.cpu(), sampling.temperature, sampling.top_k, sampling.top_p)  # [k + 1, V]
+                q = prop.q[:k].cpu() if prop.q is not None else None
+                verdict = verify_sampling(probs, q, drafted, gen)
+            a = verdict.accepted
+            tstate.crop(base_len + len(pending) + a)
+            sync()
+            t2 = clock()
+            drafter.feedback(k, a)
+
+            def t_probs(a_final: int, target_id: int | None, probs=probs, drafted=drafted, k=k) -> list[float]:
+                # p(accepted drafts), p(first rejected draft), p(target token): one gather
+                rows = list(range(min(k, a_final + 1)))
+                cols = drafted[: len(rows)]
+                if target_id is not None:
+                    rows.append(a_final)
+                    cols.append(target_id)
+                return probs[rows, cols].tolist() if rows else []
+
+            ev = rec.step(
+                [*drafted[:a], verdict.target_id],
+                accepted=a,
+                drafted_ids=drafted,
+                t_draft_s=t1 - t0,
+                t_verify_s=t2 - t1,
+                t_start=t0,
+                draft_forwards=prop.forwards,
+                draft_probs=prop.q_drafted[:k] if prop.q_drafted else None,
+                target_probs=t_probs,
+            )
+            seq.extend(ev.emitted_ids)
+            if ev.emitted_ids:
+                pending = [ev.emitted_ids[-1]]
+            yield ev
+
+
+def run_lane(
+    target,
+    drafter: Drafter | None,
+    prompt_ids: list[int],
+    sampling: Sampling,
+    *,
+    lane_id: str = "lane",
+    setup: str = "baseline",
+    prompt_id: str = "prompt",
+    repeat: int = 0,
+    cancelled: Callable[[], bool] = lambda: False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Iterator[StepEvent | RunDone]:
+    """Decode one prompt with one setup (our loop, recorded by the shared accounting).
+
+    Args:
+        target: an Engine (the model whose distribution is preserved).
+        drafter: the setup's drafter; None for the baseline.
+        prompt_ids: the prompt, already tokenized (chat template applied).
+        sampling: temperature/top-k/top-p/seed/max_new_tokens (temperature 0 = greedy).
+        cancelled: polled between steps; True ends the lane with RunDone(cancelled=True).
+
+    Yields:
+        StepEvent per step, then one RunDone whose `stats` is a LaneStats.
+    """
+    if not prompt_ids:
+        raise ValueError("empty prompt")
+    sampling = sampling.validated()
+    rec = LaneRecorder(lane_id, setup, prompt_id, repeat, sampling.max_new_tokens, target.eos_ids, target.detokenizer(prompt_ids), clock)
+    yield from drive(LoopRunner(target, drafter), rec, prompt_ids, sampling, cancelled)

@@ -1,0 +1,242 @@
+"""Run orchestration shared by the CLI and the GUI (Qt-free): which lanes a run has, their ids and groups, the
+warm-up run, and the collection of what comes back into stats, errors and the JSON report.
+
+    plan = RunPlan(target, setups, prompts, sampling, mode="interleaved", repeats=2, warmup_tokens=8)
+    client.send(LoadEngines("load", plan.target, plan.drafts, plan.device, plan.dtype))
+    if (w := plan.warmup_command()) is not None: client.send(w)        # unrecorded
+    client.send(plan.command())
+    results = RunResults(plan); for ev in events: results.on_event(ev)
+    doc = results.report(device, dtype)
+
+Lane ids: ``L1``…``Ln`` (n setups) when the run has one prompt and one repeat (the GUI's lanes), else
+``<prompt id>#<repeat>/L<i>``; warm-up lanes are ``warm/<lane id>`` in the run ``<run id>-warmup``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from app.core.errors import SetupError
+from app.core.events import LaneStarted, RunDone, RunError, StepEvent
+from app.core.metrics import LaneStats
+from app.core.prompts import Prompt
+from app.core.report import attach_baseline, build_report
+from app.core.setups import Sampling, parse_setup
+from app.worker.messages import LaneSpec, Mode, RunLanes
+
+__all__ = ["RunPlan", "RunResults", "WARMUP_PREFIX"]
+
+WARMUP_PREFIX = "warm/"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run: every setup on every prompt, `repeats` times, optionally after an unrecorded warm-up.
+
+    Args:
+        target: the target engine name (or folder).
+        setups: setup strings, one lane per setup per prompt and repeat, in this order (the CLI puts the
+            baseline first; the GUI passes its lanes as the user set them).
+        prompts: the prompts (ids must be unique).
+        warmup_tokens: tokens per setup in the warm-up run on the first prompt (0: none).
+
+    Raises:
+        SetupError: no setups or prompts, duplicate prompt ids, a bad setup string, repeats < 1.
+    """
+
+    target: str
+    setups: tuple[str, ...]
+    prompts: tuple[Prompt, ...]
+    sampling: Sampling
+    mode: Mode = "sequential"
+    chat: bool = True
+    repeats: int = 1
+    device: str | None = None
+    dtype: str | None = None
+    warmup_tokens: int = 0
+    run_id: str = field(default_factory=lambda: f"run{int(time.time() * 1000) % 10**9}")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "setups", tuple(self.setups))
+        object.__setattr__(self, "prompts", tuple(self.prompts))
+        if not self.setups:
+            raise SetupError("a run needs at least one setup", fix="add a lane (e.g. baseline)")
+        if not self.prompts:
+            raise SetupError("a run needs at least one prompt", fix="type a prompt, or use --prompt/--prompts/--suite")
+        if self.repeats < 1:
+            raise SetupError(f"repeats must be >= 1, got {self.repeats}", fix="use e.g. --repeats 1")
+        if self.warmup_tokens < 0:
+            raise SetupError(f"warm-up tokens must be >= 0, got {self.warmup_tokens}", fix="use 0 for no warm-up")
+        seen: dict[str, int] = {}
+        for i, p in enumerate(self.prompts):
+            if p.id in seen:
+                raise SetupError(f"prompt id {p.id!r} is used twice (prompts {seen[p.id] + 1} and {i + 1})",
+                                 fix="give every prompt its own id: lanes are paired with the baseline by prompt id")
+            seen[p.id] = i
+        for s in self.setups:
+            parse_setup(s)  # raises with the grammar
+        self.sampling.validated()
+
+    # --- lanes ------------------------------------------------------------------------------------------
+    @property
+    def single(self) -> bool:
+        """One prompt, one repeat: lane ids are just L1…Ln."""
+        return len(self.prompts) == 1 and self.repeats == 1
+
+    def lane_id(self, setup_index: int, prompt: Prompt | None = None, repeat: int = 0) -> str:
+        if self.single:
+            return f"L{setup_index + 1}"
+        p = prompt or self.prompts[0]
+        return f"{p.id}#{repeat}/L{setup_index + 1}"
+
+    @property
+    def lanes(self) -> tuple[LaneSpec, ...]:
+        """Every recorded lane, prompt by prompt, repeat by repeat, setups in order; one group per prompt × repeat
+        (interleaved mode advances a group's lanes side by side)."""
+        out = []
+        for p in self.prompts:
+            for r in range(self.repeats):
+                for i, s in enumerate(self.setups):
+                    out.append(LaneSpec(self.lane_id(i, p, r), s, p.id, p.prompt, repeat=r, group=f"{p.id}#{r}"))
+        return tuple(out)
+
+    def setup_index(self, lane_id: str) -> int | None:
+        """Which setup (0-based) a lane id — recorded or warm-up — belongs to."""
+        tail = lane_id.removeprefix(WARMUP_PREFIX).rsplit("/", 1)[-1]
+        if tail.startswith("L") and tail[1:].isdigit():
+            i = int(tail[1:]) - 1
+            return i if 0 <= i < len(self.setups) else None
+        return None
+
+    @staticmethod
+    def is_warmup(lane_id: str | None) -> bool:
+        return bool(lane_id) and str(lane_id).startswith(WARMUP_PREFIX)
+
+    @property
+    def drafts(self) -> tuple[tuple[str, str | None], ...]:
+        """(engine, precision) of every draft model the setups load beside the target, once each."""
+        return tuple(dict.fromkeys(d for s in self.setups for d in parse_setup(s).draft_engines))
+
+    @property
+    def uses_target(self) -> bool:
+        """False when every setup runs its own engine (e.g. only `trtllm:` lanes)."""
+        return any(parse_setup(s).lane_engine is None for s in self.setups)
+
+    # --- commands -----------------------------------------------------------------------------------------
+    @property
+    def warmup_run_id(self) -> str:
+        return f"{self.run_id}-warmup"
+
+    def command(self) -> RunLanes:
+        return RunLanes(self.run_id, self.target, self.lanes, self.sampling, mode=self.mode, chat=self.chat,
+                        device=self.device, dtype=self.dtype)
+
+    def warmup_command(self) -> RunLanes | None:
+        """The unrecorded warm-up run (one lane per setup on the first prompt), or None."""
+        if self.warmup_tokens <= 0:
+            return None
+        p = self.prompts[0]
+        lanes = tuple(LaneSpec(WARMUP_PREFIX + self.lane_id(i, p, 0), s, p.id, p.prompt, group="warmup") for i, s in enumerate(self.setups))
+        s = self.sampling
+        sampling = Sampling(s.temperature, s.top_p, s.top_k, s.seed, min(self.warmup_tokens, s.max_new_tokens))
+        return RunLanes(self.warmup_run_id, self.target, lanes, sampling, mode=self.mode, chat=self.chat, device=self.device, dtype=self.dtype)
+
+
+class RunResults:
+    """Folds a run's events into per-lane stats and errors (warm-up lanes are ignored), in plan order.
+
+    Attributes:
+        stats: lane id → LaneStats of every lane that finished (cancelled ones included, marked in `cancelled`).
+        errors: lane id (None: the whole run) → RunError.
+        cancelled: ids of lanes that ended cancelled (partial stats kept).
+        tokens: tokens emitted so far by recorded lanes.
+        stopped: the run was stopped as a whole (set by :meth:`mark_finished`).
+    """
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.stats: dict[str, LaneStats] = {}
+        self.errors: dict[str | None, RunError] = {}
+        self.cancelled: set[str] = set()
+        self.started: set[str] = set()
+        self.tokens = 0
+        self.t0 = time.perf_counter()
+        self.t_end: float | None = None
+        self.stopped = False
+        self._order = {spec.lane_id: i for i, spec in enumerate(plan.lanes)}
+
+    def on_event(self, ev: object) -> None:
+        lane = getattr(ev, "lane_id", None)
+        if RunPlan.is_warmup(lane):
+            return
+        if isinstance(ev, StepEvent):
+            self.tokens += len(ev.emitted_ids)
+        elif isinstance(ev, LaneStarted):
+            self.started.add(ev.lane_id)
+        elif isinstance(ev, RunDone):
+            if isinstance(ev.stats, LaneStats):
+                self.stats[ev.lane_id] = ev.stats
+            if ev.cancelled:
+                self.cancelled.add(ev.lane_id)
+        elif isinstance(ev, RunError):
+            self.errors[ev.lane_id] = ev
+
+    @property
+    def finished(self) -> int:
+        """Lanes that ended (done, cancelled or failed)."""
+        return len(set(self.stats) | {k for k in self.errors if k is not None})
+
+    @property
+    def total(self) -> int:
+        return len(self._order)
+
+    def completed(self, include_cancelled: bool = False) -> list[LaneStats]:
+        """Stats of finished lanes in plan order (baseline comparisons filled in where the baseline finished)."""
+        ids = sorted((lid for lid in self.stats if include_cancelled or lid not in self.cancelled), key=lambda x: self._order.get(x, 1 << 30))
+        ordered = [self.stats[lid] for lid in ids]
+        rank = {s: i for i, s in enumerate(parse_setup(x).label for x in self.plan.setups)}
+        return sorted(attach_baseline(ordered), key=lambda r: rank.get(r.setup, len(rank)))
+
+    def by_lane(self) -> dict[str, LaneStats]:
+        """lane id → stats with baseline comparisons, for lanes that completed (not cancelled)."""
+        ids = [lid for lid in sorted(self.stats, key=lambda x: self._order.get(x, 1 << 30)) if lid not in self.cancelled]
+        return dict(zip(ids, attach_baseline([self.stats[i] for i in ids]), strict=True))
+
+    @property
+    def all_completed(self) -> bool:
+        """Every lane finished with stats, none cancelled, no error."""
+        return not self.errors and not self.cancelled and set(self.stats) >= set(self._order)
+
+    def lane_error(self, lane_id: str) -> str | None:
+        """The first line of why a lane has no complete result: its own error, the run's error when it never
+        finished, "cancelled"; None when it completed (or is still running without an error)."""
+        e = self.errors.get(lane_id) or (self.errors.get(None) if lane_id not in self.stats else None)
+        if e is not None:
+            return e.message.splitlines()[0] if e.message else e.kind
+        return "cancelled" if lane_id in self.cancelled else None
+
+    def mark_finished(self, stopped: bool = False) -> None:
+        """The run has ended (every lane, or stopped): freezes `bench_wall_s` of the report."""
+        if self.t_end is None:
+            self.t_end = time.perf_counter()
+        self.stopped = self.stopped or stopped
+
+    def error_messages(self) -> list[str]:
+        return [f"lane {k}: {e.message}" if k else e.message for k, e in self.errors.items()]
+
+    def report(self, device: str, dtype: str, extra: dict | None = None) -> dict:
+        """The JSON report (DESIGN.md schema) of the completed lanes, with the plan's metadata."""
+        p, s = self.plan, self.plan.sampling
+        meta = {
+            "mode": p.mode,
+            "repeats": p.repeats,
+            "prompts": len(p.prompts),
+            "categories": {x.id: x.category for x in p.prompts if x.category},
+            "bench_wall_s": round((self.t_end or time.perf_counter()) - self.t0, 2),
+            "errors": self.error_messages(),
+        }
+        meta.update(extra or {})
+        sampling = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed, "max_new_tokens": s.max_new_tokens}
+        return build_report(p.target, device, dtype, self.completed(), sampling=sampling, extra=meta)
+
