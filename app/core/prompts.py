@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.errors import SpecDeckError
+from app.core.errors import SetupError, SpecDeckError
 
 __all__ = ["Prompt", "SUITES_DIR", "list_suites", "load_suite", "load_jsonl"]
 
@@ -27,28 +27,51 @@ def list_suites() -> list[str]:
 def load_jsonl(path: str | Path) -> list[Prompt]:
     """Read prompts; each line a JSON object with "prompt" and optionally "id" and "category".
 
+    Ids must be unique (results are paired with the baseline by prompt id); a line without one gets `p<line>`.
+
     Raises:
-        SpecDeckError: missing file or a malformed line (naming the line number).
+        SetupError: missing file, not UTF-8 (naming the byte offset), a malformed line or a repeated id (naming
+            the line numbers).
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except OSError as e:
-        raise SpecDeckError(f"cannot read prompts file {path}: {e.strerror}", fix="check the path") from None
+        raise SetupError(f"cannot read prompts file {path}: {e.strerror}", fix="check the path") from None
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte-order mark (some Windows editors write one) is fine
+    try:
+        text = data[bom:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = bom + e.start  # byte offset in the file
+        line_no = data.count(b"\n", 0, at) + 1
+        utf16 = data[:2] in (b"\xff\xfe", b"\xfe\xff")
+        raise SetupError(
+            f"prompts file {path} is not UTF-8: byte 0x{data[at]:02x} at offset {at} (line {line_no}) is not valid UTF-8"
+            + (" — the file looks like UTF-16" if utf16 else ""),
+            fix="save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8`, or your editor's \"Save with encoding: UTF-8\")",
+        ) from None
     out: list[Prompt] = []
-    for n, line in enumerate(lines, 1):
+    first_line: dict[str, int] = {}
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-            text = obj["prompt"]
-            if not isinstance(text, str) or not text:
+            prompt = obj["prompt"]
+            if not isinstance(prompt, str) or not prompt:
                 raise ValueError("prompt must be a non-empty string")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise SpecDeckError(f"{path}:{n}: not a prompt line ({e})", fix='each line must be {"id": "...", "prompt": "...", "category": "..."}') from None
-        out.append(Prompt(str(obj.get("id", f"p{n}")), text, str(obj.get("category", ""))))
+            raise SetupError(f"{path}:{n}: not a prompt line ({e})", fix='each line must be {"id": "...", "prompt": "...", "category": "..."}') from None
+        pid = str(obj.get("id", f"p{n}"))
+        if pid in first_line:
+            raise SetupError(
+                f"{path}: prompt id {pid!r} appears on line {first_line[pid]} and line {n}; ids must be unique (results are paired by id)",
+                fix=f"give the prompt on line {n} another id",
+            )
+        first_line[pid] = n
+        out.append(Prompt(pid, prompt, str(obj.get("category", ""))))
     if not out:
-        raise SpecDeckError(f"{path} holds no prompts", fix="add JSONL lines with a \"prompt\" key")
+        raise SetupError(f"{path} holds no prompts", fix="add JSONL lines with a \"prompt\" key")
     return out
 
 

@@ -4,18 +4,29 @@ transformers dequantises a GGUF in 20–100 s per model; we do it once into
 `$XDG_CACHE_HOME/specdeck/<name>-<sha12>/` (config, safetensors, tokenizer), after which loads take ~2 s.
 The cache entry is written to a temporary folder and renamed into place, so a killed conversion leaves no
 half-written entry; `specdeck.json` in the entry records what it was made from.
+
+Conversions of one entry are serialised between processes by an `flock` on `<cache root>/.<entry>.lock`: a
+second `convert` (or a bench loading the same engine) waits, reporting "waiting for another conversion of X"
+through the progress callback, then finds the entry ready. Free disk space is checked against the size of the
+fp32 weights (read from the GGUF's tensor shapes) before anything is written, and a full disk while writing
+ends in one EngineError naming the cache folder, the space needed and the fix.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from app.core.errors import EngineError
 from app.engines.registry import EngineManifest, resolve_package_path
@@ -29,6 +40,9 @@ __all__ = [
     "weights_present",
     "prepare",
     "convert_gguf",
+    "gguf_fp32_bytes",
+    "space_needed",
+    "check_free_space",
 ]
 
 ProgressFn = Callable[[str, float, float, str], None]  # (task, done, total, unit)
@@ -121,27 +135,86 @@ def _verify_stream(m: EngineManifest, paths: list[Path], out: Path | None, progr
         )
 
 
-def _patch_tqdm(progress: ProgressFn):
-    """Route transformers' GGUF dequantisation bar to `progress` (restored by the returned undo)."""
+class _ProgressBar:
+    """A stand-in for tqdm that reports to a ProgressFn and prints nothing.
+
+    Args:
+        progress: the callback.
+        task: returns the task name to report under (the conversion phase at the time of the call).
+        iterable: what tqdm would wrap (optional).
+        total: the number of items (default: len(iterable) when it has one).
+    """
+
+    def __init__(
+        self, progress: ProgressFn, task: Callable[[], str], iterable: Any = None, total: float | None = None, unit: str = "it", **_: Any
+    ) -> None:
+        self.progress, self.task, self.iterable, self.unit = progress, task(), iterable, unit
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.total: float = total or 0
+        self.n: float = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for x in self.iterable if self.iterable is not None else ():
+            yield x
+            self.update(1)
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        self.progress(self.task, self.n, self.total, self.unit)
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Callable[..., None]:  # set_description, set_postfix, refresh, …
+        return lambda *a, **kw: None
+
+
+@contextmanager
+def _route_progress_bars(progress: ProgressFn, task: Callable[[], str]) -> Iterator[None]:
+    """Send transformers' progress bars to `progress` instead of stderr, for the duration of the block.
+
+    Two sources print during a conversion: the GGUF dequantisation loop (`tqdm.auto` in
+    transformers.modeling_gguf_pytorch_utils) and transformers' own `logging.tqdm` ("Loading weights",
+    "Writing model shards"). The progress callback is the only progress channel, so `convert --quiet` (whose
+    callback prints nothing) is silent and the GUI/worker see the same steps.
+    """
+    undo: list[Callable[[], None]] = []
     try:
         import transformers.modeling_gguf_pytorch_utils as gu
+
+        orig = gu.tqdm
+
+        def dequantise_bar(iterable: Any = None, *a: Any, **kw: Any) -> _ProgressBar:
+            items = list(iterable) if iterable is not None else []
+            return _ProgressBar(progress, lambda: "dequantise", items, unit="tensors")
+
+        gu.tqdm = dequantise_bar
+        undo.append(lambda: setattr(gu, "tqdm", orig))
+    except Exception:  # pragma: no cover - another transformers layout: its bar stays
+        pass
+    try:
+        from transformers.utils import logging as hf_logging
+
+        if hasattr(hf_logging, "set_tqdm_hook"):
+            prev = hf_logging.set_tqdm_hook(lambda factory, args, kwargs: _ProgressBar(progress, task, *args, **kwargs))
+            undo.append(lambda: hf_logging.set_tqdm_hook(prev))
+        elif hf_logging.is_progress_bar_enabled():  # pragma: no cover - older transformers: silence them
+            hf_logging.disable_progress_bar()
+            undo.append(hf_logging.enable_progress_bar)
     except Exception:  # pragma: no cover
-        return lambda: None
-    orig = gu.tqdm
-
-    def wrapped(iterable=None, *a, **kw):
-        items = list(iterable) if iterable is not None else []
-        n = len(items)
-
-        def gen():
-            for i, x in enumerate(items):
-                yield x
-                progress("dequantise", i + 1, n, "tensors")
-
-        return gen()
-
-    gu.tqdm = wrapped
-    return lambda: setattr(gu, "tqdm", orig)
+        pass
+    try:
+        yield
+    finally:
+        for u in reversed(undo):
+            u()
 
 
 def convert_gguf(gguf: Path, dest: Path, progress: ProgressFn = _noop, verify: bool = True) -> None:
@@ -158,37 +231,241 @@ def convert_gguf(gguf: Path, dest: Path, progress: ProgressFn = _noop, verify: b
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, fname = str(gguf.parent), gguf.name
-    undo = _patch_tqdm(progress)
+    phase = ["load weights"]  # the task transformers' own bars report under (their totals differ from the steps')
+    with _route_progress_bars(progress, lambda: phase[0]):
+        try:
+            progress("read tokenizer", 0, 1, "")
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+            progress("read tokenizer", 1, 1, "")
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+        except EngineError:
+            raise
+        except Exception as e:
+            raise EngineError(
+                f"cannot read GGUF {gguf}: {type(e).__name__}: {e}",
+                fix="the file is corrupt or not a supported GGUF model; reinstall it or point the manifest at a valid file",
+            ) from None
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        phase[0] = "write safetensors"
+        progress("save safetensors", 0, 1, "")
+        model.save_pretrained(dest, safe_serialization=True)
+        tok.save_pretrained(dest)
+        progress("save safetensors", 1, 1, "")
+        if verify:
+            phase[0] = "reload saved weights"
+            progress("check saved weights", 0, 1, "")
+            again = AutoModelForCausalLM.from_pretrained(dest, dtype=torch.float32)
+            a, b = model.state_dict(), again.state_dict()
+            bad = [k for k in a if k not in b or not torch.equal(a[k], b[k])]
+            if bad or set(a) != set(b):
+                raise EngineError(f"saved weights differ from the GGUF's ({(bad or sorted(set(a) ^ set(b)))[:3]})", fix="report a bug")
+            progress("check saved weights", 1, 1, "")
+
+
+class _Chain:
+    """Sequential reads across files joined end to end (a GGUF split into parts), without joining them."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = list(paths)
+        self.i = 0
+        self.f: BinaryIO | None = None
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            if self.f is None:
+                if self.i >= len(self.paths):
+                    raise EOFError("GGUF header runs past the end of the file")
+                self.f = open(self.paths[self.i], "rb")  # noqa: SIM115 - closed in read/close
+                self.i += 1
+            chunk = self.f.read(n - len(out))
+            if not chunk:
+                self.f.close()
+                self.f = None
+            out += chunk
+        return out
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
+# GGUF metadata value types (gguf.GGUFValueType) → struct format; 8 = string, 9 = array.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_fp32_bytes(paths: list[Path]) -> tuple[int, int] | None:
+    """Size of a GGUF's weights once dequantised to fp32, read from its header (no tensor data is read).
+
+    Args:
+        paths: the GGUF file, or its parts in order (they are read as one stream).
+
+    Returns:
+        (fp32_bytes, header_bytes): 4 bytes × Σ elements over all tensors, and the size of the header (metadata
+        and tensor table, which holds the tokenizer). None when the file is not a GGUF we can read (the
+        conversion then reports it).
+    """
+    r = _Chain(paths)
     try:
-        progress("read tokenizer", 0, 1, "")
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
-        progress("read tokenizer", 1, 1, "")
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
-    except EngineError:
-        raise
-    except Exception as e:
-        raise EngineError(
-            f"cannot read GGUF {gguf}: {type(e).__name__}: {e}",
-            fix="the file is corrupt or not a supported GGUF model; reinstall it or point the manifest at a valid file",
-        ) from None
+        if r.read(4) != b"GGUF":
+            return None
+        e = "<" if struct.unpack("<I", r.read(4))[0] < 0x10000 else ">"  # a big-endian file has a swapped version
+        u32 = struct.Struct(e + "I")
+        u64 = struct.Struct(e + "Q")
+        n_tensors, n_kv = struct.unpack(e + "QQ", r.read(16))
+        read = 24
+
+        def skip_value(t: int) -> int:
+            if t in _GGUF_SCALARS:
+                size = struct.calcsize(_GGUF_SCALARS[t])
+                r.read(size)
+                return size
+            if t == 8:
+                (n,) = u64.unpack(r.read(8))
+                r.read(n)
+                return 8 + n
+            if t == 9:
+                (et,) = u32.unpack(r.read(4))
+                (count,) = u64.unpack(r.read(8))
+                if et in _GGUF_SCALARS:
+                    size = count * struct.calcsize(_GGUF_SCALARS[et])
+                    r.read(size)
+                    return 12 + size
+                return 12 + sum(skip_value(et) for _ in range(count))
+            raise ValueError(f"unknown GGUF value type {t}")
+
+        for _ in range(n_kv):
+            (klen,) = u64.unpack(r.read(8))
+            r.read(klen)
+            (t,) = u32.unpack(r.read(4))
+            read += 12 + klen + skip_value(t)
+        elements = 0
+        for _ in range(n_tensors):
+            (nlen,) = u64.unpack(r.read(8))
+            r.read(nlen)
+            (n_dims,) = u32.unpack(r.read(4))
+            dims = struct.unpack(e + "Q" * n_dims, r.read(8 * n_dims))
+            r.read(12)  # ggml type (u32) + data offset (u64)
+            read += 8 + nlen + 4 + 8 * n_dims + 12
+            count = 1
+            for d in dims:
+                count *= d
+            elements += count
+        return 4 * elements, read
+    except (EOFError, ValueError, struct.error, OSError, MemoryError):
+        return None
     finally:
-        undo()
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    progress("save safetensors", 0, 1, "")
-    model.save_pretrained(dest, safe_serialization=True)
-    tok.save_pretrained(dest)
-    progress("save safetensors", 1, 1, "")
-    if verify:
-        progress("check saved weights", 0, 1, "")
-        again = AutoModelForCausalLM.from_pretrained(dest, dtype=torch.float32)
-        a, b = model.state_dict(), again.state_dict()
-        bad = [k for k in a if k not in b or not torch.equal(a[k], b[k])]
-        if bad or set(a) != set(b):
-            raise EngineError(f"saved weights differ from the GGUF's ({(bad or sorted(set(a) ^ set(b)))[:3]})", fix="report a bug")
-        progress("check saved weights", 1, 1, "")
+        r.close()
+
+
+def space_needed(m: EngineManifest, paths: list[Path]) -> int | None:
+    """Bytes a conversion writes into the cache: the fp32 safetensors, the tokenizer and, for a GGUF in parts,
+    the joined GGUF (in the temporary folder until the entry is in place). None when the header is unreadable."""
+    sizes = gguf_fp32_bytes(paths)
+    if sizes is None:
+        return None
+    fp32, header = sizes
+    joined = sum(p.stat().st_size for p in paths) if m.source_kind == "gguf_parts" else 0
+    return fp32 + joined + 2 * header + (1 << 20)  # tokenizer.json is about twice the metadata, + config files
+
+
+def _human(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"  # pragma: no cover
+
+
+def _space_fix(root: Path, short: int | None) -> str:
+    free = f"free at least {_human(short)} on the disk holding {root}" if short else f"free space on the disk holding {root}"
+    return f"{free}, or set XDG_CACHE_HOME to a folder on a bigger disk (the cache goes to $XDG_CACHE_HOME/specdeck)"
+
+
+def check_free_space(m: EngineManifest, root: Path, needed: int | None) -> None:
+    """Refuse to start a conversion that cannot fit.
+
+    Args:
+        m: the engine (for the message).
+        root: the cache folder (it must exist).
+        needed: bytes the conversion writes (space_needed); None skips the check.
+
+    Raises:
+        EngineError: naming the cache folder, the space needed and what is free.
+    """
+    if needed is None:
+        return
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise EngineError(
+            f"not enough disk space to convert engine {m.name}: the cache folder {root} needs about {_human(needed)} "
+            f"(float32 weights and tokenizer{', and the joined GGUF' if m.source_kind == 'gguf_parts' else ''}), {_human(free)} is free",
+            fix=_space_fix(root, needed - free),
+        )
+
+
+def _is_disk_full(e: BaseException | None) -> bool:
+    """ENOSPC/EDQUOT as an OSError, or inside another library's error (safetensors: "No space left on device
+    (os error 28)"), anywhere in the exception's chain."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(e)
+        if "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text:
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+@contextmanager
+def _conversion_lock(path: Path, task: str, progress: ProgressFn) -> Iterator[bool]:
+    """Hold an exclusive flock on `path` (created if needed) for the block; yield whether we had to wait.
+
+    While another process holds it, `task` is reported through `progress` (done = seconds waited). The holder
+    removes the file before releasing it, so no lock file is left behind; a waiter that then gets the lock on
+    the removed file notices (the path no longer names its inode) and locks the current one instead.
+    """
+    t0 = time.monotonic()
+    waited = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    waited = True
+                    progress(task, round(time.monotonic() - t0, 1), 0, "s")
+                    time.sleep(0.2)
+            try:
+                st, mine = os.stat(path), os.fstat(fd)
+                current = (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)
+    try:
+        if waited:
+            s = max(round(time.monotonic() - t0, 1), 0.1)
+            progress(task, s, s, "s")  # done: a progress bar closes
+        yield waited
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # pragma: no cover - someone removed it by hand
+            pass
+        os.close(fd)
 
 
 def _sweep_partials(root: Path, stem: str) -> None:
@@ -206,8 +483,12 @@ def _sweep_partials(root: Path, stem: str) -> None:
 def prepare(m: EngineManifest, progress: ProgressFn = _noop, force: bool = False) -> Path:
     """Return a folder transformers can load for this manifest, converting (once) if needed.
 
+    Safe to call from several processes at once: one converts, the others wait (reporting "waiting for another
+    conversion of <engine>") and then return the entry it made — also with `force`, since it is fresh.
+
     Raises:
-        EngineError: missing package, wrong size/sha256, unreadable GGUF. No partial cache entry is left.
+        EngineError: missing package, wrong size/sha256, unreadable GGUF, not enough disk space (checked before
+            writing, and a full disk while writing). No partial cache entry is left.
     """
     if m.source_kind == "hf_dir":
         p = source_paths(m)[0]
@@ -225,10 +506,22 @@ def prepare(m: EngineManifest, progress: ProgressFn = _noop, force: bool = False
             raise EngineError(f"engine {m.name}: weight file {p} does not exist", fix=f"fix the path in {m.where}")
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(root / f".{dest.name}.lock", f"waiting for another conversion of {m.name}", progress) as waited:
+        if (dest / MARKER).is_file() and (waited or not force):
+            return dest
+        _convert_locked(m, paths, root, dest, progress)
+    return dest
+
+
+def _convert_locked(m: EngineManifest, paths: list[Path], root: Path, dest: Path, progress: ProgressFn) -> None:
+    """Convert into a temporary folder under `root` and move it to `dest` (the caller holds the entry's lock)."""
     t0 = time.perf_counter()
     _sweep_partials(root, dest.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".partial", dir=root))
+    needed = space_needed(m, paths)
+    check_free_space(m, root, needed)
+    tmp: Path | None = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".partial", dir=root))
         if m.source_kind == "gguf_parts":
             gguf = tmp / f"{m.name}.gguf"
             _verify_stream(m, paths, gguf, progress)
@@ -244,9 +537,21 @@ def prepare(m: EngineManifest, progress: ProgressFn = _noop, force: bool = False
                 indent=1,
             )
         )
-        if dest.exists():  # --force, or a stale entry without a marker
-            shutil.rmtree(dest)
+        if dest.exists():  # --force, or a stale entry without a marker: move it aside, then the new one in
+            os.replace(dest, tmp / "old")
         os.replace(out, dest)
+    except Exception as e:
+        if not _is_disk_full(e):
+            raise
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # first, so that the free space below is what the user has
+        free = shutil.disk_usage(root).free
+        need = f"about {_human(needed)}" if needed else "more space"
+        raise EngineError(
+            f"disk full while converting engine {m.name} into the cache folder {root} (No space left on device): "
+            f"the conversion needs {need}, {_human(free)} is free",
+            fix=_space_fix(root, needed - free if needed and needed > free else None),
+        ) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
