@@ -4,7 +4,8 @@ The client's draining thread hands every event to :meth:`WorkerBridge._on_event`
 receipt time (``time.monotonic()``) and appends it to a lock-free deque; one queued wake-up call per burst
 brings the GUI thread to :meth:`WorkerBridge._pump`, which re-emits each event as Qt signals. The GUI never
 blocks on the worker: the worker starts on a plain thread ("starting worker…"), commands are sent once it is
-ready, and a dead worker is restarted by the next :meth:`run`.
+ready, and a dead worker is restarted by the next :meth:`run`. Events the bridge makes itself (a run that could
+not be sent, a worker that did not start) take the same path as the worker's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections import deque
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from app.core.events import LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent
+from app.core.events import RunError
 from app.worker.client import WorkerClient
 from app.worker.messages import Cancel, RunFinished, RunLanes, WorkerDied, WorkerReady
 
@@ -25,20 +26,14 @@ __all__ = ["WorkerBridge"]
 class WorkerBridge(QObject):
     """Owns one WorkerClient; emits worker events as Qt signals on the GUI thread.
 
-    Signals carry the event object and its receipt time on the monotonic clock (seconds).
+    Signals:
+        event(object, float): every event (app.core.events and the worker messages) and its receipt time on
+            the monotonic clock (seconds).
+        state(str): "starting" | "ready" | "dead".
     """
 
-    event = Signal(object, float)  # every event
-    stepEvent = Signal(object, float)
-    laneStarted = Signal(object)
-    laneDone = Signal(object)
-    laneError = Signal(object)
-    progress = Signal(object)
-    runFinished = Signal(object)
-    log = Signal(object)
-    workerReady = Signal(object)
-    workerDied = Signal(object)
-    state = Signal(str)  # "idle" | "starting" | "ready" | "dead"
+    event = Signal(object, float)
+    state = Signal(str)
 
     _wake = Signal()
 
@@ -64,10 +59,6 @@ class WorkerBridge(QObject):
     @property
     def alive(self) -> bool:
         return self.client is not None and self.client.alive
-
-    @property
-    def starting(self) -> bool:
-        return self._starting
 
     # --- commands --------------------------------------------------------------------------------
     def ensure_started(self) -> None:
@@ -101,7 +92,7 @@ class WorkerBridge(QObject):
         before = len(self._pending)
         self._pending = [c for c in self._pending if not (isinstance(c, RunLanes) and c.run_id == run_id and lane_id is None)]
         if len(self._pending) != before:
-            self.runFinished.emit(RunFinished(run_id, cancelled=True))
+            self.feed(RunFinished(run_id, cancelled=True))
             return
         if self.alive:
             self._send(Cancel(run_id, lane_id))
@@ -112,8 +103,8 @@ class WorkerBridge(QObject):
             self.client.send(cmd)
         except Exception as e:
             if isinstance(cmd, RunLanes):
-                self.laneError.emit(RunError(None, f"could not send the run to the worker: {e}", kind="WorkerDiedError"))
-                self.runFinished.emit(RunFinished(cmd.run_id, cancelled=False))
+                self.feed(RunError(None, f"could not send the run to the worker: {e}", kind="WorkerDiedError"))
+                self.feed(RunFinished(cmd.run_id, cancelled=False))
 
     def shutdown(self, timeout: float = 3.0) -> None:
         """Stop the worker (blocking up to `timeout` s); used when the window closes."""
@@ -176,28 +167,11 @@ class WorkerBridge(QObject):
                 self.state.emit("dead")
                 for cmd in pending:
                     if isinstance(cmd, RunLanes):
-                        self.laneError.emit(RunError(None, f"the worker did not start: {msg}", kind="WorkerDiedError"))
-                        self.runFinished.emit(RunFinished(cmd.run_id, cancelled=False))
+                        self.feed(RunError(None, f"the worker did not start: {msg}", kind="WorkerDiedError"))
+                        self.feed(RunFinished(cmd.run_id, cancelled=False))
             return
-        self.event.emit(ev, t)
-        if isinstance(ev, StepEvent):
-            self.stepEvent.emit(ev, t)
-        elif isinstance(ev, LaneStarted):
-            self.laneStarted.emit(ev)
-        elif isinstance(ev, RunDone):
-            self.laneDone.emit(ev)
-        elif isinstance(ev, RunError):
-            self.laneError.emit(ev)
-        elif isinstance(ev, Progress):
-            self.progress.emit(ev)
-        elif isinstance(ev, RunFinished):
-            self.runFinished.emit(ev)
-        elif isinstance(ev, LogEvent):
-            self.log.emit(ev)
-        elif isinstance(ev, WorkerReady):
+        if isinstance(ev, WorkerReady):
             self.ready_info = ev
-            self.workerReady.emit(ev)
-        elif isinstance(ev, WorkerDied):
-            if not self._starting:
-                self.state.emit("dead")
-            self.workerDied.emit(ev)
+        elif isinstance(ev, WorkerDied) and not self._starting:
+            self.state.emit("dead")
+        self.event.emit(ev, t)

@@ -13,8 +13,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtGui import QFont, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import StepEvent
@@ -118,8 +118,6 @@ class LaneView(QFrame):
         max_tokens: tokens kept in the document; the oldest quarter is trimmed when exceeded.
     """
 
-    toggled_rejected = Signal(bool)
-
     def __init__(self, index: int, color: str, theme: Theme = LIGHT, max_tokens: int = 20000, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.index = index
@@ -140,6 +138,7 @@ class LaneView(QFrame):
         self.stats_label.setObjectName("laneStats")
         self.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.stats_label.setMinimumWidth(40)
+        self.stats_label.setWordWrap(True)  # a narrow lane wraps between the figures instead of clipping them
         self.badge = QLabel("")
         self.badge.setObjectName("laneBadge")
         self.badge.hide()
@@ -379,7 +378,7 @@ class LaneView(QFrame):
             f"{a.new_tokens} tok / {a.steps} steps",
             f"{self.t_s:.1f} s",
         ]
-        self.stats_label.setText(" · ".join(parts))
+        self.stats_label.setText(" · ".join(x.replace(" ", "\u00a0") for x in parts))
 
     # --- inspection (tooltips, tests) ------------------------------------------------------------
     def token_at(self, doc_pos: int) -> Token | None:
@@ -438,9 +437,6 @@ class LaneView(QFrame):
                 it += 1
             block = block.next()
         return out
-
-    def kind_color(self, kind: str) -> QColor:
-        return QColor(self.theme.kind_color(kind))
 
     @property
     def latency_mean_s(self) -> float:

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             s = s.with_(mode=args.mode)
         win.apply_session(s)
     if args.max_new_tokens:
-        win.max_tok_spin.setValue(args.max_new_tokens)
+        win.setup_panel.max_tok_spin.setValue(args.max_new_tokens)
     if args.dark:
         win.apply_theme(DARK)
     try:
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.screenshot:
             QTimer.singleShot(300, lambda: win.save_window_png(args.screenshot))
         if args.quit_after_run:
-            code["rc"] = 0 if win.done_stats and not win.lane_errors else 1
+            results = win.controller.results
+            code["rc"] = 0 if results is not None and results.all_completed else 1
             QTimer.singleShot(600, quit_app)
 
     win.runEnded.connect(after_run)
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.screenshot:
         QTimer.singleShot(500, lambda: (win.save_window_png(args.screenshot), args.quit_after_run and quit_app()))
     rc = app.exec()
+    import shiboken6
+
+    shiboken6.delete(win)  # before the interpreter tears Qt down: left to it, PySide 6.11 + pyqtgraph segfault at exit
     return code["rc"] or rc
 
 

@@ -2,26 +2,29 @@
 
 Data arrives into preallocated ring buffers (StepEvents on the GUI thread, telemetry samples from the
 sampler's thread through a deque); a ~25 Hz timer redraws what changed with one ``setData`` per series.
-Time plots share one x axis: seconds since the run started (monotonic clock), with the start marked.
+Time plots share one x axis: seconds since Run was clicked (monotonic clock), with the start marked and the
+phases before the first recorded lane shaded ("loading engines" until the first lane starts, then "warm-up"),
+so engine loading never reads as a slow run. A run sink (app.ui.sinks).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections import deque
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.core.events import StepEvent
+from app.core.events import LaneStarted, StepEvent
 from app.core.metrics import LaneAccumulator
-from app.ui.theme import LIGHT, Theme
+from app.ui.theme import LANE_COLORS, LIGHT, Theme
+from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["Ring", "PlotPanel"]
+__all__ = ["Ring", "PlotPanel", "Phase"]
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
@@ -73,6 +76,38 @@ class _Lane:
         self.bars = None
 
 
+class Phase:
+    """A shaded stretch of the time plots before the recorded lanes ("loading engines", "warm-up"), in seconds
+    since the run's start; `end` is None while it lasts."""
+
+    def __init__(self, label: str, start: float, plots, color, label_pos: float = 0.08) -> None:
+        self.label = label
+        self.start = start
+        self.end: float | None = None
+        self.regions = []
+        for i, p in enumerate(plots):
+            r = pg.LinearRegionItem(values=(start, start), movable=False, brush=pg.mkBrush(color), pen=pg.mkPen(None))
+            r.setZValue(-20)
+            if i == 0:
+                pg.InfLineLabel(r.lines[0], text=label, position=label_pos, anchors=[(0, 1), (0, 1)], color="#888")
+            p.addItem(r, ignoreBounds=True)  # growing it must not re-run auto-range (~100 ms a tick)
+            self.regions.append(r)
+
+    def extend(self, t: float, close: bool = False) -> None:
+        if self.end is not None:
+            return
+        for r in self.regions:
+            r.setRegion((self.start, max(self.start, t)))
+        if close:
+            self.end = max(self.start, t)
+
+    def remove(self) -> None:
+        for r in self.regions:
+            vb = r.getViewBox()
+            if vb is not None:
+                vb.removeItem(r)
+
+
 class _TimedLayout(pg.GraphicsLayoutWidget):
     """Remembers how long its last paint took (the redraw timer backs off when painting is slow)."""
 
@@ -104,14 +139,15 @@ class PlotPanel(QWidget):
         self.alpha_window = alpha_window
         self.t0: float | None = None
         self.lanes: dict[str, _Lane] = {}
+        self.phases: list[Phase] = []
         self._inbox: deque = deque()
-        self._inbox_lock = threading.Lock()
         self.tele = Ring(capacity, 7)  # t_mono, util/cpu_w, mem/rss_w, cpu_g, rss_g, mem_total, cpu_sys
         self._tele_dirty = False
         self.gpu_state = "telemetry starting…"
         self.gpu_mode: bool | None = None
         self.redraws = 0
         self._last_redraw = 0.0
+        self._last_phase_tick = 0.0
         self.setdata_calls = 0
         self._series: dict[str, tuple[np.ndarray, np.ndarray, str, str]] = {}  # name → (x, y, color, unit)
 
@@ -119,6 +155,18 @@ class PlotPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.glw)
+        self._build_plots()
+        self._build_sys_plot()
+        self._proxy = pg.SignalProxy(self.glw.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+        self.set_theme(theme)
+        self._setup_sys_curves(gpu=False)
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+
+    # --- setup -----------------------------------------------------------------------------------
+    def _build_plots(self) -> None:
         self.readout = self.glw.addLabel("", row=0, col=0, colspan=2, justify="left")
         self.p_tps = self.glw.addPlot(row=1, col=0, title="tokens/s per lane (smoothed)")
         self.p_alpha = self.glw.addPlot(row=1, col=1, title="acceptance rate α (rolling)")
@@ -131,9 +179,12 @@ class PlotPanel(QWidget):
         for p in self.time_plots:
             p.setClipToView(True)
             p.setDownsampling(auto=True, mode="peak")
-            p.setLabel("bottom", "time since run start", units="s")
+            p.setLabel("bottom", "time since Run was clicked", units="s")
             if p is not self.p_tps:
                 p.setXLink(self.p_tps)
+        for p in (self.p_tps, self.p_alpha, self.p_pos, self.p_sys):
+            for ax in ("left", "right"):  # "tok/s (x0.001)" with values 200-800 reads as a fast lane
+                p.getAxis(ax).enableAutoSIPrefix(False)
         self.p_tps.setLabel("left", "tok/s")
         self.p_alpha.setLabel("left", "α")
         self.p_alpha.setYRange(0, 1.02, padding=0)
@@ -148,7 +199,7 @@ class PlotPanel(QWidget):
         self.start_lines = []
         self.cross_lines = []
         for p in self.time_plots:
-            ln = pg.InfiniteLine(pos=0, angle=90, movable=False, label="run start", labelOpts={"position": 0.92, "color": "#888"})
+            ln = pg.InfiniteLine(pos=0, angle=90, movable=False)  # Run clicked (the loading phase is labelled)
             ln.setPen(pg.mkPen("#888888", width=1, style=Qt.PenStyle.DashLine))
             p.addItem(ln)  # counted in auto-range: the run's start stays in view
             self.start_lines.append(ln)
@@ -157,7 +208,8 @@ class PlotPanel(QWidget):
             p.addItem(cl, ignoreBounds=True)
             self.cross_lines.append(cl)
 
-        # system plot: left = percent, right = MiB (second view box)
+    def _build_sys_plot(self) -> None:
+        """System plot: left axis percent, right axis MiB (a second view box)."""
         self.p_sys.setLabel("left", "%")
         self.p_sys.showAxis("right")
         self.p_sys.setLabel("right", "MiB")
@@ -169,15 +221,6 @@ class PlotPanel(QWidget):
         self.sys_legend = self.p_sys.addLegend(offset=(5, 5), labelTextSize="8pt")
         self._sys_curves: dict[str, pg.PlotDataItem] = {}
 
-        self._proxy = pg.SignalProxy(self.glw.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
-        self.set_theme(theme)
-        self._setup_sys_curves(gpu=False)
-        self.timer = QTimer(self)
-        self.timer.setInterval(interval_ms)
-        self.timer.timeout.connect(self.redraw)
-        self.timer.start()
-
-    # --- setup -----------------------------------------------------------------------------------
     def _sync_sys_views(self) -> None:
         self.sys_vb2.setGeometry(self.p_sys.vb.sceneBoundingRect())
         self.sys_vb2.linkedViewChanged(self.p_sys.vb, self.sys_vb2.XAxis)
@@ -190,7 +233,6 @@ class PlotPanel(QWidget):
             self.sys_legend.removeItem(c)
             (c.getViewBox() or self.p_sys.vb).removeItem(c)
         self._sys_curves = {}
-        t = self.theme
         if gpu:
             specs = [("GPU util %", "#76b900", False, Qt.PenStyle.SolidLine), ("GPU mem MiB", "#8250df", True, Qt.PenStyle.DashLine)]
         else:
@@ -211,7 +253,6 @@ class PlotPanel(QWidget):
         self.p_sys.setLabel("left", "GPU util %" if gpu else "CPU % (of one core)")
         self.p_sys.setLabel("right", "GPU memory MiB" if gpu else "RSS MiB")
         self._update_sys_title()
-        _ = t
 
     def _update_sys_title(self) -> None:
         state = self.gpu_state
@@ -228,11 +269,58 @@ class PlotPanel(QWidget):
                 a.setPen(pg.mkPen(theme.muted))
                 a.setTextPen(pg.mkPen(fg))
             p.titleLabel.setText(p.titleLabel.text, color=theme.plot_fg)
+        for ph in self.phases:
+            for r in ph.regions:
+                r.setBrush(pg.mkBrush(self._phase_color(ph.label)))
         self.readout.setText(self.readout.text or "<i>hover a time plot to read values</i>", color=theme.muted, size="8pt")
 
+    # --- RunSink -----------------------------------------------------------------------------------
+    def start_run(self, plan: RunPlan, results: RunResults | None = None, t0: float | None = None) -> None:
+        """A run begins now (or at monotonic `t0`): one series per lane, colours by setup, "loading engines"
+        shaded until the first lane starts."""
+        lanes = []
+        for spec in plan.lanes:
+            i = plan.setup_index(spec.lane_id) or 0
+            lanes.append((spec.lane_id, spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
+        self.reset(lanes, time.monotonic() if t0 is None else t0)
+        self.phases.append(Phase("loading engines", 0.0, self.time_plots, self._phase_color("loading engines")))
+
+    def on_event(self, ev: object, t_recv: float) -> None:
+        if isinstance(ev, StepEvent):
+            self.add_step(ev, t_recv)
+        elif isinstance(ev, LaneStarted) and self.t0 is not None:
+            self._lane_started(RunPlan.is_warmup(ev.lane_id), t_recv - self.t0)
+
+    def _lane_started(self, warmup: bool, t: float) -> None:
+        """The first lane ends "loading engines"; a warm-up lane opens "warm-up", a recorded one ends it."""
+        cur = self.phases[-1] if self.phases and self.phases[-1].end is None else None
+        if cur is not None and cur.label == "loading engines":
+            cur.extend(t, close=True)
+            if t - cur.start < 0.5:  # engines already loaded (a warm worker): nothing worth marking
+                cur.remove()
+                self.phases.remove(cur)
+            if warmup:
+                self.phases.append(Phase("warm-up", t, self.time_plots, self._phase_color("warm-up"), label_pos=0.22))
+        elif cur is not None and not warmup:
+            cur.extend(t, close=True)
+
+    def finish(self, results: RunResults | None = None) -> None:
+        if self.t0 is not None:
+            for ph in self.phases:
+                ph.extend(time.monotonic() - self.t0, close=True)
+        self.redraw(force=True)
+
+    def _phase_color(self, label: str) -> QColor:
+        c = QColor(self.theme.muted)
+        c.setAlpha(40 if label == "loading engines" else 22)
+        return c
+
     # --- data in ---------------------------------------------------------------------------------
-    def start_run(self, lanes: list[tuple[str, str, str]], t0: float) -> None:
+    def reset(self, lanes: list[tuple[str, str, str]], t0: float) -> None:
         """New run: `lanes` = (lane_id, label, colour); `t0` = monotonic time of its start."""
+        for ph in self.phases:
+            ph.remove()
+        self.phases = []
         for ln in self.lanes.values():
             for item in (ln.tps_curve, ln.alpha_curve, ln.bars):
                 if item is not None:
@@ -264,7 +352,7 @@ class PlotPanel(QWidget):
         self.p_tps.enableAutoRange(axis="x", enable=True)
 
     def add_step(self, ev: StepEvent, t_recv: float) -> None:
-        """GUI thread: fold one step of a lane in."""
+        """GUI thread: fold one step of a recorded lane in (warm-up lanes have no series)."""
         ln = self.lanes.get(ev.lane_id)
         if ln is None or self.t0 is None:
             return
@@ -337,6 +425,10 @@ class PlotPanel(QWidget):
             if not lanes_dirty and now - self._last_redraw < 0.25:
                 return  # telemetry alone redraws at ≤ 4 Hz
         self._last_redraw = now
+        if now - self._last_phase_tick >= 0.5:  # an open phase grows in half-second steps (each one repaints)
+            self._last_phase_tick = now
+            for ph in self.phases:
+                ph.extend(now - self.t0)
         for i, ln in enumerate(self.lanes.values()):
             if not ln.dirty:
                 continue

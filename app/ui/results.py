@@ -1,6 +1,8 @@
 """Results table: one row per finished lane, sortable, the winner highlighted; CSV export.
 
-Reads the same stats objects as the CLI table and the JSON export (LaneStats, summarize()).
+A run sink: each lane's row appears as the lane ends (its baseline comparison filled in once the baseline
+lane is in). Reads the same stats objects as the CLI table and the JSON export (RunResults, LaneStats,
+summarize()).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
+from app.core.events import RunDone, RunError
 from app.core.metrics import LaneStats, summarize
 from app.core.report import attach_baseline
-from app.ui.theme import LIGHT, Theme
+from app.ui.theme import LANE_COLORS, LIGHT, Theme
+from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["ResultsPanel", "ResultRow", "result_rows", "COLUMNS"]
+__all__ = ["ResultsPanel", "ResultRow", "result_rows", "fastest", "lane_label", "lane_color", "COLUMNS"]
 
 COLUMNS = ("lane", "setup", "tokens/s", "speedup", "α", "τ", "TTFT s", "theor. speedup", "tokens", "steps", "vs baseline")
 
@@ -38,7 +42,7 @@ class ResultRow:
         def f(x, spec):
             return ("—", None) if x is None or (isinstance(x, float) and math.isnan(x)) else (format(x, spec), float(x))
 
-        if s.identical_to_baseline is None:
+        if s.setup == "baseline" or s.identical_to_baseline is None:
             vs = ("baseline" if s.setup == "baseline" else "—", "")
         elif s.identical_to_baseline:
             vs = ("identical", "identical")
@@ -59,6 +63,23 @@ class ResultRow:
             (str(s.steps), float(s.steps)),
             vs,
         ]
+
+
+def lane_label(plan: RunPlan, lane_id: str) -> str:
+    """ "Lane 2": how the GUI names a lane (1-based, in the order of the setups)."""
+    i = plan.setup_index(lane_id)
+    return f"Lane {i + 1}" if i is not None else lane_id
+
+
+def lane_color(plan: RunPlan, lane_id: str) -> str:
+    i = plan.setup_index(lane_id) or 0
+    return LANE_COLORS[i % len(LANE_COLORS)]
+
+
+def fastest(results: RunResults) -> tuple[str, LaneStats] | None:
+    """(lane id, stats) of the completed lane with the most tokens/s, or None."""
+    done = [(lid, s) for lid, s in results.by_lane().items() if s.new_tokens > 0 and math.isfinite(s.tokens_per_s)]
+    return max(done, key=lambda x: x[1].tokens_per_s) if done else None
 
 
 def result_rows(lanes: list[tuple[str, str, LaneStats]]) -> list[ResultRow]:
@@ -95,6 +116,8 @@ class ResultsPanel(QWidget):
         self.rows: list[ResultRow] = []
         self._notes: dict[str, str] = {}
         self.winner: ResultRow | None = None
+        self.plan: RunPlan | None = None
+        self.results: RunResults | None = None
         self.summary = QLabel("Run a comparison to see results here.")
         self.summary.setObjectName("resultsSummary")
         self.summary.setWordWrap(True)
@@ -131,6 +154,33 @@ class ResultsPanel(QWidget):
         self.table.setRowCount(0)
         self.summary.setText("Running…")
 
+    # --- RunSink -----------------------------------------------------------------------------------
+    def start_run(self, plan: RunPlan, results: RunResults) -> None:
+        self.plan, self.results = plan, results
+        self.clear()
+
+    def on_event(self, ev: object, _t: float) -> None:
+        if isinstance(ev, (RunDone, RunError)) and not RunPlan.is_warmup(ev.lane_id):
+            self.show_results()
+
+    def finish(self, results: RunResults) -> None:
+        self.results = results
+        self.show_results()
+
+    def show_results(self) -> None:
+        """Rows of the lanes that completed so far, notes for the failed ones (the summary says how many are
+        still running)."""
+        r, plan = self.results, self.plan
+        if r is None or plan is None:
+            return
+        lanes = [(lane_label(plan, lid), lane_color(plan, lid), s) for lid, s in r.by_lane().items()]
+        notes = {}
+        for spec in plan.lanes:
+            why = r.lane_error(spec.lane_id)
+            if why is not None and why != "cancelled" and (spec.lane_id in r.errors or r.t_end is not None):
+                notes[lane_label(plan, spec.lane_id)] = why
+        self.set_results(lanes, notes)
+
     def set_results(self, lanes: list[tuple[str, str, LaneStats]], notes: dict[str, str] | None = None) -> None:
         """Fill the table from finished lanes (label, colour, stats); failed lanes go in `notes` (label → text)."""
         self.rows = result_rows(lanes) if lanes else []
@@ -164,6 +214,12 @@ class ResultsPanel(QWidget):
         t = self.theme
         w = self.winner
         extra = "".join(f"<br><span style='color:{t.rejected}'>{k}: {v}</span>" for k, v in notes.items())
+        r = self.results
+        if r is not None and r.t_end is None:
+            head = f"Running… {r.finished} of {r.total} lanes finished"
+            if w is not None:
+                head += f"; fastest so far: <b style='color:{w.color}'>{w.lane}</b> <code>{w.stats.setup}</code> at {w.stats.tokens_per_s:.2f} tok/s"
+            return head + "." + extra
         if w is None:
             return "No lane finished." + extra
         base = next((r for r in self.rows if r.stats.setup == "baseline"), None)

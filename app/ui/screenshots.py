@@ -18,6 +18,87 @@ from pathlib import Path
 __all__ = ["main"]
 
 
+def _window(args, out: Path):
+    """The window on the chosen preset, with a private settings file (screenshots never change the user's
+    remembered session)."""
+    from dataclasses import replace
+
+    from PySide6.QtCore import QSettings
+
+    from app.ui.main_window import MainWindow, engine_statuses
+    from app.ui.session import PRESETS, default_preset_name, preset
+    from app.ui.theme import LIGHT
+
+    statuses = engine_statuses()
+    name = args.preset or default_preset_name({s.name for s in statuses if s.usable})
+    session = preset(name) if args.preset else PRESETS[name]
+    if args.max_new_tokens:
+        session = session.with_(sampling=replace(session.sampling, max_new_tokens=args.max_new_tokens))
+    settings = QSettings(str(out / ".specdeck-screenshots.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, session=session, statuses=statuses)
+    win.apply_theme(LIGHT)
+    w, h = (int(x) for x in args.size.lower().split("x"))
+    win.resize(w, h)
+    win.show()
+    return win
+
+
+class _Shooter:
+    """Takes the shots as the run goes: ready, mid-run (45 % of the tokens), finished, results, plots, dark."""
+
+    def __init__(self, app, win, out: Path, timeout: float) -> None:
+        self.app, self.win, self.out, self.timeout = app, win, out, timeout
+        self.expected = len(win.lane_rows) * win.setup_panel.max_tok_spin.value()
+        self.mid = False
+        self.rc = 1
+        self.t0 = time.monotonic()
+        self.saved: list[str] = []
+
+    def shot(self, fname: str, widget=None) -> None:
+        self.app.processEvents()
+        p = str(self.out / fname)
+        (widget or self.win).grab().save(p)
+        self.saved.append(p)
+
+    def watch(self) -> None:
+        win = self.win
+        if time.monotonic() - self.t0 > self.timeout:
+            print("screenshots: timed out", file=sys.stderr)
+            self.app.quit()
+            return
+        if not self.mid and win.running and sum(v.acc.new_tokens for v in win.lane_views) >= 0.45 * self.expected:
+            self.mid = True
+            win.plots.redraw(force=True)
+            self.shot("02-running.png")
+
+    def start(self) -> None:
+        self.shot("01-ready.png")
+        if self.win.run() is None:
+            print(f"screenshots: cannot run: {self.win.status_label.text()}", file=sys.stderr)
+            self.app.quit()
+
+    def finished(self) -> None:
+        from app.ui.theme import DARK
+
+        win = self.win
+        win.tabs.setCurrentWidget(win.results)
+        self.shot("03-finished.png")
+        self.shot("04-results.png", win.results)
+        win.tabs.setCurrentWidget(win.plots)
+        win.plots.redraw(force=True)
+        self.app.processEvents()
+        win.plots.save_png(str(self.out / "05-plots.png"))
+        self.saved.append(str(self.out / "05-plots.png"))
+        win.apply_theme(DARK)
+        win.tabs.setCurrentWidget(win.results)
+        self.shot("06-dark.png")
+        win.export_json(str(self.out / "run.json"))
+        results = win.controller.results
+        self.rc = 0 if results is not None and results.all_completed else 1
+        win.close()
+        self.app.quit()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.ui.screenshots", description=__doc__.splitlines()[0])
     ap.add_argument("outdir")
@@ -28,88 +109,27 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-    from PySide6.QtCore import QSettings, QTimer
+    import shiboken6
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
-
-    from app.ui.main_window import MainWindow, _engine_statuses
-    from app.ui.session import PRESETS, default_preset_name, preset
-    from app.ui.theme import DARK, LIGHT
 
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    statuses = _engine_statuses()
-    name = args.preset or default_preset_name({s.name for s in statuses if s.usable})
-    session = preset(name) if args.preset else PRESETS[name]
-    if args.max_new_tokens:
-        session = session.with_(sampling=session.sampling.__class__(**{**session.sampling.__dict__, "max_new_tokens": args.max_new_tokens}))
-    # a private settings file: screenshots never change the user's remembered session
-    settings = QSettings(str(out / ".specdeck-screenshots.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, session=session, statuses=statuses)
-    win.apply_theme(LIGHT)
-    w, h = (int(x) for x in args.size.lower().split("x"))
-    win.resize(w, h)
-    win.show()
-    expected = len(win.lane_rows) * session.sampling.max_new_tokens
-    state = {"mid": False, "rc": 1, "t0": time.monotonic()}
-    saved: list[str] = []
-
-    def shot(fname: str, widget=None) -> None:
-        app.processEvents()
-        p = str(out / fname)
-        (widget or win).grab().save(p)
-        saved.append(p)
-
-    def watch() -> None:
-        if time.monotonic() - state["t0"] > args.timeout:
-            print("screenshots: timed out", file=sys.stderr)
-            app.quit()
-            return
-        if not state["mid"] and win.running:
-            done = sum(v.acc.new_tokens for v in win.lane_views)
-            if done >= 0.45 * expected:
-                state["mid"] = True
-                win.plots.redraw(force=True)
-                shot("02-running.png")
-
-    def finished(_rid: str) -> None:
-        def later() -> None:
-            win.tabs.setCurrentWidget(win.results)
-            shot("03-finished.png")
-            shot("04-results.png", win.results)
-            win.tabs.setCurrentWidget(win.plots)
-            win.plots.redraw(force=True)
-            app.processEvents()
-            win.plots.save_png(str(out / "05-plots.png"))
-            saved.append(str(out / "05-plots.png"))
-            win.apply_theme(DARK)
-            win.tabs.setCurrentWidget(win.results)
-            shot("06-dark.png")
-            win.export_json(str(out / "run.json"))
-            state["rc"] = 0 if win.done_stats and not win.lane_errors else 1
-            win.close()
-            app.quit()
-
-        QTimer.singleShot(400, later)
-
-    win.runEnded.connect(finished)
+    win = _window(args, out)
+    shooter = _Shooter(app, win, out, args.timeout)
+    win.runEnded.connect(lambda _rid: QTimer.singleShot(400, shooter.finished))
     timer = QTimer()
     timer.setInterval(50)
-    timer.timeout.connect(watch)
+    timer.timeout.connect(shooter.watch)
     timer.start()
-
-    def start() -> None:
-        shot("01-ready.png")
-        if win.run() is None:
-            print(f"screenshots: cannot run: {win.status_label.text()}", file=sys.stderr)
-            app.quit()
-
-    QTimer.singleShot(300, start)
+    QTimer.singleShot(300, shooter.start)
     app.exec()
-    for p in saved:
+    win.close()
+    shiboken6.delete(win)  # before the interpreter tears Qt down (PySide 6.11 + pyqtgraph segfault at exit otherwise)
+    for p in shooter.saved:
         print(p)
-    return state["rc"]
+    return shooter.rc
 
 
 if __name__ == "__main__":

@@ -53,3 +53,53 @@ def expected_runs(events, show_rejected=True):
             else:
                 out.append((t.text, kind))
     return out
+
+
+def make_stats(setup: str, output_ids, wall_s: float, drafted: int = 0, accepted: int = 0, prompt_id: str = "custom"):
+    """LaneStats of a finished lane (one step per token unless drafted)."""
+    from app.core.metrics import LaneStats
+
+    ids = tuple(output_ids)
+    steps = max(1, len(ids) - accepted)
+    return LaneStats(setup, prompt_id, 0, len(ids), wall_s, wall_s / 10, wall_s / 10, steps, drafted, accepted, steps - 1 if drafted else 0,
+                     0.0, wall_s / 2, ids, " ".join(map(str, ids)))
+
+
+class FakeClient:
+    """Stands in for WorkerClient in the bridge: starts at once (sending WorkerReady), records commands; tests
+    feed events with `bridge.feed`."""
+
+    instances: list = []
+
+    def __init__(self, on_event=None, queue_events=False) -> None:
+        self.on_event = on_event
+        self.sent: list = []
+        self.proc = None
+        self._alive = False
+        FakeClient.instances.append(self)
+
+    @property
+    def pid(self):
+        return 4242 if self._alive else None
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def start(self, timeout: float = 120.0):
+        from app.worker.messages import WorkerReady
+
+        self._alive = True
+        ready = WorkerReady(4242, 0.1, "none", "fake worker")
+        self.on_event(ready)
+        return ready
+
+    def send(self, cmd) -> None:
+        self.sent.append(cmd)
+
+    def stop(self, timeout: float = 5.0):
+        self._alive = False
+        return 0
+
+    def kill(self) -> None:
+        self._alive = False

@@ -18,9 +18,11 @@ pytestmark = pytest.mark.slow
 def win(qapp, tiny_pair, tmp_path_factory):
     from PySide6.QtCore import QSettings
 
+    from app.core.events import StepEvent
     from app.core.setups import Sampling
     from app.ui.main_window import MainWindow
     from app.ui.session import Session
+    from app.worker.plan import RunPlan
 
     target, draft = tiny_pair
     settings = QSettings(str(tmp_path_factory.mktemp("ui") / "s.ini"), QSettings.Format.IniFormat)
@@ -35,8 +37,14 @@ def win(qapp, tiny_pair, tmp_path_factory):
     w.show()
     w.bridge.ensure_started()  # the worker starts in the background while the first test sets up
     w.collected = {}
-    # recorded lanes only: the unrecorded warm-up lanes ("warm-L1", …) are not shown
-    w.bridge.stepEvent.connect(lambda ev, t: ev.lane_id.startswith("warm-") or w.collected.setdefault(ev.lane_id, []).append(ev))
+    w.draft_setup = f"draft:{draft},k=3"
+
+    def collect(ev, _t):
+        # recorded lanes only: the unrecorded warm-up lanes ("warm/L1", …) are not shown
+        if isinstance(ev, StepEvent) and not RunPlan.is_warmup(ev.lane_id):
+            w.collected.setdefault(ev.lane_id, []).append(ev)
+
+    w.bridge.event.connect(collect)
     yield w
     w.close()
 
@@ -57,8 +65,8 @@ def test_run_fills_lanes_with_matching_kinds_and_colours(qtbot, win):
 
     from app.ui.theme import KIND_PROPERTY, KINDS
 
-    win.max_tok_spin.setValue(24)
-    win.set_setups(["baseline", win.setups()[1], "ngram:n=2,k=4"])
+    win.setup_panel.max_tok_spin.setValue(24)
+    win.set_setups(["baseline", win.draft_setup, "ngram:n=2,k=4"])
     gaps, last = [], [time.monotonic()]
 
     def beat():
@@ -111,7 +119,9 @@ def test_run_fills_lanes_with_matching_kinds_and_colours(qtbot, win):
 def test_export_json_matches_bench_schema(qtbot, win, tmp_path):
     from app.core.report import RUN_KEYS
 
-    if not win.done_stats:
+    if win.controller.results is None or len(win.controller.results.by_lane()) != 3:
+        win.set_setups(["baseline", win.draft_setup, "ngram:n=2,k=4"])
+        win.setup_panel.max_tok_spin.setValue(24)
         _run(qtbot, win)
     p = win.export_json(str(tmp_path / "run.json"))
     doc = json.loads(open(p, encoding="utf-8").read())
@@ -125,6 +135,8 @@ def test_export_json_matches_bench_schema(qtbot, win, tmp_path):
     assert all(r["identical_to_baseline"] is True for r in doc["runs"])
     assert {"setup", "tokens_per_s", "speedup", "acceptance_rate", "mean_accepted_len", "theoretical_speedup"} <= set(doc["summary"][0])
     assert isinstance(doc["telemetry"], list) and doc["telemetry"] and "host" in doc["telemetry"][0]
+    assert [x["lane"] for x in doc["gui"]["lanes"]] == ["L1", "L2", "L3"] and doc["gui"]["worker"].startswith("worker pid")
+    assert doc["mode"] == "interleaved" and doc["errors"] == [] and doc["bench_wall_s"] > 0
     csv = win.export_csv(str(tmp_path / "run.csv"))
     lines = open(csv, encoding="utf-8").read().splitlines()
     assert lines[0].startswith("lane,setup") and len(lines) == 4
@@ -134,7 +146,7 @@ def test_export_json_matches_bench_schema(qtbot, win, tmp_path):
 
 def test_failing_lane_shows_error_while_the_other_finishes(qtbot, win):
     win.set_setups(["baseline", "draft:no-such-engine,k=3"])
-    win.max_tok_spin.setValue(12)
+    win.setup_panel.max_tok_spin.setValue(12)
     _run(qtbot, win)
     ok, bad = win.lane_by_id["L1"], win.lane_by_id["L2"]
     assert ok.state == "done" and ok.stats.new_tokens == 12
@@ -144,7 +156,7 @@ def test_failing_lane_shows_error_while_the_other_finishes(qtbot, win):
 
 def test_stop_cancels_within_a_step(qtbot, win):
     win.set_setups(["baseline", "ngram:n=2,k=4"])
-    win.max_tok_spin.setValue(2000)
+    win.setup_panel.max_tok_spin.setValue(2000)
     win.collected.clear()
     win.run()
     qtbot.waitUntil(lambda: sum(len(v) for v in win.collected.values()) >= 5, timeout=60_000)
@@ -158,7 +170,7 @@ def test_stop_cancels_within_a_step(qtbot, win):
 
 def test_killed_worker_is_reported_and_the_next_run_restarts_it(qtbot, win):
     win.set_setups(["baseline"])
-    win.max_tok_spin.setValue(2000)
+    win.setup_panel.max_tok_spin.setValue(2000)
     win.collected.clear()
     win.run()
     qtbot.waitUntil(lambda: len(win.collected.get("L1", [])) >= 3, timeout=60_000)
@@ -169,7 +181,7 @@ def test_killed_worker_is_reported_and_the_next_run_restarts_it(qtbot, win):
     assert v.state == "error" and "worker process died" in v.error.text()
     assert v.acc.new_tokens >= 3  # what was received stays on screen
     assert v.text.toPlainText()
-    win.max_tok_spin.setValue(6)
+    win.setup_panel.max_tok_spin.setValue(6)
     _run(qtbot, win)
     assert win.lane_by_id["L1"].state == "done" and win.bridge.pid != old_pid
     assert not math.isnan(win.lane_by_id["L1"].stats.tokens_per_s)

@@ -1,0 +1,189 @@
+"""The lanes area: the legend over one LaneView per lane, side by side (2×2 for four), as a run sink.
+
+Lane text is rendered from one ~30 Hz timer (:meth:`LanesArea.flush`); a lane's badge ("✓ identical to
+baseline") appears as it ends, once the baseline's result is in.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
+from app.ui.lane_view import LaneView
+from app.ui.theme import LANE_COLORS, LIGHT, Theme, token_format
+from app.worker.messages import WorkerReady
+from app.worker.plan import RunPlan, RunResults
+
+__all__ = ["LanesArea", "legend_html"]
+
+_ENDED = ("done", "cancelled", "error")
+
+
+def legend_html(t: Theme) -> str:
+    """The token-kind legend, each sample drawn with its colour and second cue."""
+    parts = []
+    for kind, sample in (
+        ("accepted", "accepted draft"),
+        ("rejected", "rejected draft"),
+        ("correction", "correction"),
+        ("bonus", "bonus"),
+        ("plain", "baseline / target"),
+    ):
+        f = token_format(t, kind)
+        style = f"color:{t.kind_color(kind)};"
+        if kind == "accepted":
+            style += f"background:{t.accepted_bg};"
+        if f.fontStrikeOut():
+            style += "text-decoration:line-through;"
+        if kind in ("correction", "bonus"):
+            style += "text-decoration:underline; font-weight:600;"
+        parts.append(f"<span style='{style} padding:0 4px'>{sample}</span>")
+    return "<b>Legend</b>&nbsp; " + " &nbsp;·&nbsp; ".join(parts)
+
+
+class LanesArea(QWidget):
+    """Legend, "hide rejected drafts" and the lane views.
+
+    Attributes:
+        views: one LaneView per lane, in lane order.
+        by_id: lane id → view for the current run.
+    """
+
+    def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.theme = theme
+        self.views: list[LaneView] = []
+        self.by_id: dict[str, LaneView] = {}
+        self.plan: RunPlan | None = None
+        self.results: RunResults | None = None
+        self.legend = QLabel()
+        self.legend.setObjectName("legend")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.hide_rejected = QCheckBox("hide rejected drafts")
+        self.hide_rejected.toggled.connect(self._set_hide_rejected)
+        grid_w = QWidget()
+        self.grid = QGridLayout(grid_w)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setSpacing(6)
+        row = QHBoxLayout()
+        row.addWidget(self.legend, 1)
+        row.addWidget(self.hide_rejected)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(4)
+        lay.addLayout(row)
+        lay.addWidget(grid_w, 1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(33)  # ~30 Hz: lane text and headers
+        self.timer.timeout.connect(self.flush)
+        self.timer.start()
+        self.set_theme(theme)
+
+    # --- lanes ---------------------------------------------------------------------------------------
+    def set_setups(self, setups: list[str]) -> None:
+        """One view per setup, labelled with it (views are kept, added or removed to match)."""
+        n = len(setups)
+        while len(self.views) > n:
+            v = self.views.pop()
+            self.grid.removeWidget(v)
+            v.deleteLater()
+        while len(self.views) < n:
+            i = len(self.views)
+            v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme)
+            v.set_show_rejected(not self.hide_rejected.isChecked())
+            self.views.append(v)
+        cols = 2 if n == 4 else max(1, n)
+        for i, (v, s) in enumerate(zip(self.views, setups, strict=True)):
+            self.grid.addWidget(v, i // cols, i % cols)
+            v.set_setup(s)
+        for c in range(4):
+            self.grid.setColumnStretch(c, 1 if c < cols else 0)
+
+    def flush(self) -> None:
+        for v in self.views:
+            v.flush()
+
+    def _set_hide_rejected(self, hide: bool) -> None:
+        for v in self.views:
+            v.set_show_rejected(not hide)
+
+    def _view(self, lane_id: str | None) -> LaneView | None:
+        if lane_id is None or self.plan is None:
+            return None
+        if RunPlan.is_warmup(lane_id):
+            i = self.plan.setup_index(lane_id)
+            return self.views[i] if i is not None and i < len(self.views) else None
+        return self.by_id.get(lane_id)
+
+    def _waiting(self, text: str) -> None:
+        for v in self.by_id.values():
+            if v.state == "waiting" and v.status.text() != text:
+                v.set_state("waiting", text)
+
+    # --- RunSink -------------------------------------------------------------------------------------
+    def start_run(self, plan: RunPlan, results: RunResults) -> None:
+        self.plan, self.results = plan, results
+        self.set_setups(list(plan.setups))
+        self.by_id = {}
+        for spec, v in zip(plan.lanes, self.views, strict=False):
+            v.reset()
+            v.set_setup(spec.setup)
+            v.set_state("waiting", "waiting…")
+            self.by_id[spec.lane_id] = v
+
+    def on_event(self, ev: object, t_recv: float) -> None:
+        lane = ev.lane_id if isinstance(ev, (StepEvent, LaneStarted, RunDone, RunError)) else None
+        warm = RunPlan.is_warmup(lane)
+        v = self._view(lane)
+        if isinstance(ev, StepEvent):
+            if warm and v is not None and v.state == "waiting" and v.status.text() != "warming up…":
+                v.set_state("waiting", "warming up…")
+            elif not warm and v is not None:
+                v.add_step(ev, t_recv)
+        elif isinstance(ev, LaneStarted) and not warm and v is not None:
+            v.set_state("running", "prefill…")
+        elif isinstance(ev, RunDone) and not warm and v is not None:
+            v.finish(ev.stats, ev.cancelled)
+            self.show_badges()
+        elif isinstance(ev, RunError) and not warm:
+            views = [v] if lane is not None else [x for x in self.by_id.values() if x.state not in _ENDED]
+            for x in views:
+                if x is not None:
+                    x.show_error(ev.message)
+        elif isinstance(ev, (Progress, WorkerReady)):
+            self._waiting("loading…")
+
+    def finish(self, results: RunResults) -> None:
+        for v in self.views:
+            v.flush()
+            if v.state in ("waiting", "running"):
+                v.set_state("cancelled" if results.stopped else "error", "stopped" if results.stopped else "no result")
+        self.show_badges()
+
+    def show_badges(self) -> None:
+        """Badges of the lanes that ended: baseline, identical or diverging (once the baseline is in), cancelled."""
+        r = self.results
+        if r is None:
+            return
+        by_lane = r.by_lane()
+        for lid, v in self.by_id.items():
+            if lid in r.cancelled:
+                v.set_badge(f"cancelled after {v.acc.new_tokens} tokens", None)
+                continue
+            s = by_lane.get(lid)
+            if s is None:
+                continue
+            if s.setup == "baseline":
+                v.set_badge("baseline", None)
+            elif s.identical_to_baseline:
+                v.set_badge("✓ identical to baseline", True)
+            elif s.identical_to_baseline is False:
+                v.set_badge(f"≠ diverges at token {s.first_divergence}", False)
+            v.update_header()
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.legend.setText(legend_html(theme))
+        for v in self.views:
+            v.set_theme(theme)
