@@ -288,7 +288,10 @@ def cmd_bench(args) -> int:
         client.stop()
     for e in results.errors.values():
         print(f"error in lane {e.lane_id}: {e.message}" if e.lane_id else f"error: {e.message}", file=sys.stderr)
-    extra = {"errors": results.error_messages() + ([failure] if failure else [])}
+    warnings = stall_warnings(results.completed())
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    extra = {"errors": results.error_messages() + ([failure] if failure else []), "warnings": warnings}
     if failure:
         extra["incomplete"] = f"{len(results.completed())} of {results.total} lanes completed: {failure}"
     doc = results.report(device, dtype, extra)
@@ -310,9 +313,20 @@ def cmd_bench(args) -> int:
     return rc
 
 
+def stall_warnings(runs) -> list[str]:
+    """One line per lane whose clock includes a stall (the worker stopped or starved mid-step)."""
+    return [
+        f"{r.setup} on {r.prompt_id} (repeat {r.repeat}): {r.stall_s:.1f} s of its {r.wall_s:.1f} s were a stall (the worker "
+        "was stopped or starved of CPU); speedups involving it are not trustworthy: rerun on a quiet machine"
+        for r in runs
+        if r.stall_s > 0
+    ]
+
+
 def render_summary(doc: dict) -> str:
     """The human table of a report: one row per setup, with speedup beside theoretical speedup."""
     rows = []
+    stalled = {s["setup"] for s in doc["summary"] if s.get("stall_s")}
     runs_by: dict[str, list[dict]] = {}
     for r in doc["runs"]:
         runs_by.setdefault(r["setup"], []).append(r)
@@ -325,7 +339,8 @@ def render_summary(doc: dict) -> str:
             [
                 s["setup"],
                 _fmt(s["tokens_per_s"], ".2f"),
-                _fmt(s["speedup"], ".2f") + ("x" if s["speedup"] is not None else ""),
+                _fmt(s["speedup"], ".2f") + ("x" if s["speedup"] is not None else "")
+                + ("!" if s["speedup"] is not None and (stalled & {s["setup"], "baseline"}) else ""),
                 _fmt(s["theoretical_speedup"], ".2f") + ("x" if s["theoretical_speedup"] is not None else ""),
                 _fmt(s["acceptance_rate"], ".2f"),
                 _fmt(s["mean_accepted_len"], ".2f"),
@@ -341,6 +356,8 @@ def render_summary(doc: dict) -> str:
         ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"],
         rows,
     )
+    if stalled:
+        table += "\n! a lane's clock includes a stall (the worker was stopped or starved): that speedup is not trustworthy"
     by_cat = render_categories(doc)
     return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
 

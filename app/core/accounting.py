@@ -67,7 +67,8 @@ class LaneRunner(Protocol):
             lane's own engine for kinds like `trtllm:`).
     """
 
-    engine: LaneEngine
+    @property
+    def engine(self) -> LaneEngine: ...
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]: ...
 
@@ -301,8 +302,9 @@ class LaneRecorder:
             per_position_accepted=tuple(acc.per_position_accepted),
             stop_reason=self.stop_reason,
         )
-        if "stall_s" in LaneStats.__dataclass_fields__:
-            d["stall_s"] = self.stall_s
+        first = acc.first
+        d["step0_drafted"] = first.k if first is not None else 0
+        d["stall_s"] = self.stall_s
         d.update(self._overrides)
         return LaneStats(**d)
 

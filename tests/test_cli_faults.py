@@ -1,0 +1,141 @@
+"""Faults a new user hit (issue 12), through the real CLI and worker on tiny models: nothing lost, nothing hangs,
+one clear message each."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+PY = [sys.executable, "-m", "app"]
+
+
+def bench_args(target, *extra):
+    return [*PY, "bench", "--target", str(target), "--no-chat", "--warmup", "0", *extra]
+
+
+def test_unwritable_json_path_is_refused_before_any_work(tmp_path):
+    t0 = time.perf_counter()
+    r = subprocess.run([*PY, "bench", "--target", "no-such-engine", "--prompt", "x", "--json", str(tmp_path / "missing" / "out.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr and "mkdir -p" in r.stderr and "Traceback" not in r.stderr
+    assert "worker pid" not in r.stderr  # refused before a worker started or an engine loaded
+    assert time.perf_counter() - t0 < 60
+
+
+def test_a_prompt_longer_than_the_context_window_is_refused_with_the_numbers(tiny_pair):
+    target, _ = tiny_pair  # 2048 positions
+    r = subprocess.run(bench_args(target, "--prompt", "word " * 2100, "--max-new-tokens", "8", "--quiet"),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2
+    assert "> the 2,048 positions of" in r.stderr and "shorten the prompt" in r.stderr and "Traceback" not in r.stderr
+
+
+class _Stderr:
+    """Reads a process's stderr on a thread so the test can wait for text in it."""
+
+    def __init__(self, proc) -> None:
+        self.text = ""
+        self.t = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.t.start()
+
+    def _read(self, proc) -> None:
+        while True:
+            b = proc.stderr.read(1)
+            if not b:
+                return
+            self.text += b
+
+    def wait_for(self, what: str, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if what in self.text:
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def _worker(err: _Stderr) -> psutil.Process:
+    """The worker process, from the CLI's own line "worker pid N ready" (its other child is multiprocessing's
+    resource tracker)."""
+    import re
+
+    assert err.wait_for(" ready in ", 400), err.text[-2000:]
+    return psutil.Process(int(re.search(r"worker pid (\d+) ready", err.text).group(1)))
+
+
+def test_ctrl_c_keeps_the_finished_lanes_and_prints_no_worker_traceback(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(bench_args(target, "--suite", "quick", "--setup", "ngram", "--max-new-tokens", "200", "--json", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err = _Stderr(proc)
+    try:
+        assert err.wait_for("tok/s", 400), err.text[-2000:]  # the first lane has finished
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err.t.join(5)
+    assert proc.returncode == 130, err.text[-2000:]
+    assert "Traceback" not in err.text and "KeyboardInterrupt" not in err.text
+    assert "interrupted" in err.text and "lanes that completed" in err.text
+    assert "baseline" in stdout  # the table of what completed
+    doc = json.loads(out.read_text())
+    assert doc["runs"] and "incomplete" in doc and doc["runs"][0]["setup"] == "baseline"
+
+
+def test_a_stopped_worker_is_reported_instead_of_hanging(tiny_pair):
+    target, _ = tiny_pair
+    env = dict(os.environ, SPECDECK_WORKER_SILENCE_S="6")
+    proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "2000", "--setup", "ngram"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err = _Stderr(proc)
+    try:
+        w = _worker(err)
+        w.suspend()  # kill -STOP while it loads the engine: silence, not even a heartbeat
+        t0 = time.monotonic()
+        proc.wait(timeout=120)
+        waited = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err.t.join(5)
+    assert proc.returncode == 2
+    assert "sent nothing, not even a heartbeat" in err.text and "Traceback" not in err.text
+    assert waited < 60
+    assert not psutil.pid_exists(w.pid) or w.status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("pause_s", [3.0])
+def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
+    """SIGSTOP then SIGCONT during a lane: the pause lands in that lane's clock; the report flags it."""
+    target, _ = tiny_pair
+    proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "300", "--json", "-"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = _Stderr(proc)
+    try:
+        w = _worker(err)
+        assert err.wait_for("bench:", 400), err.text[-2000:]
+        time.sleep(0.5)
+        w.suspend()
+        time.sleep(pause_s)
+        w.resume()
+        stdout, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.text[-2000:]
+    doc = json.loads(stdout)
+    base = doc["runs"][0]
+    assert base["stall_s"] >= pause_s * 0.8
+    assert any("stall" in m for m in doc["warnings"])
