@@ -195,73 +195,91 @@ def _collect(client, run_id: str, on_event, silence_s: float) -> None:
             return
 
 
-def cmd_bench(args) -> int:
-    from app.core.errors import WorkerDiedError
-    from app.core.events import Progress, RunDone, RunError
+def _plan(args):
+    """The run asked for on the command line (baseline first, then the setups as given), checked before any work."""
     from app.core.setups import Sampling, parse_setup
-    from app.worker.client import WorkerClient
-    from app.worker.messages import EnginesLoaded, LoadEngines, WorkerDied
-    from app.worker.plan import RunPlan, RunResults
+    from app.worker.plan import RunPlan
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k, args.seed, args.max_new_tokens).validated()
     if args.json and args.json != "-":
         _check_writable(args.json)
-    setups = ["baseline", *(args.setup or [])]
-    labels = list(dict.fromkeys(parse_setup(s).label for s in setups))
-    plan = RunPlan(args.target, tuple(labels), tuple(_prompts(args)), sampling, mode=args.mode, chat=not args.no_chat,
+    labels = list(dict.fromkeys(parse_setup(s).label for s in ["baseline", *(args.setup or [])]))
+    return RunPlan(args.target, tuple(labels), tuple(_prompts(args)), sampling, mode=args.mode, chat=not args.no_chat,
                    repeats=args.repeats, device=args.device, dtype=args.dtype, warmup_tokens=max(0, args.warmup), run_id="bench")
-    quiet = args.quiet
-    bar = _Bar(quiet)
-    silence_s = float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30"))
 
-    def on_event(ev) -> None:
+
+class _Bench:
+    """One `bench`: a worker client driven through load → warm-up → run, with progress on stderr."""
+
+    def __init__(self, plan, quiet: bool) -> None:
+        from app.worker.client import WorkerClient
+        from app.worker.plan import RunResults
+
+        self.plan = plan
+        self.quiet = quiet
+        self.bar = _Bar(quiet)
+        self.client = WorkerClient()
+        self.results = RunResults(plan)
+        self.silence_s = float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30"))
+        self.device, self.dtype = plan.device or "auto", plan.dtype or "auto"
+
+    def progress(self, ev) -> None:
+        from app.core.events import Progress
+
         if isinstance(ev, Progress):
-            bar(ev.task, ev.done, ev.total, ev.unit)
+            self.bar(ev.task, ev.done, ev.total, ev.unit)
 
-    client = WorkerClient()
-    results = RunResults(plan)
-    device, dtype = args.device or "auto", args.dtype or "auto"
-    failure: str | None = None
-    rc = 0
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    pbar = None
-    try:
-        ready = client.start()
-        if not quiet:
-            print(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})", file=sys.stderr)
-        client.send(LoadEngines("load", plan.target, plan.drafts, plan.device, plan.dtype))
-        loaded = None
-        while loaded is None:
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr)
+
+    def load(self) -> None:
+        """Start the worker and load the target and drafts. Raises SpecDeckError / WorkerDiedError / _Stuck."""
+        from app.core.errors import WorkerDiedError
+        from app.core.events import RunError
+        from app.worker.messages import EnginesLoaded, LoadEngines, WorkerDied
+
+        c, plan = self.client, self.plan
+        ready = c.start()
+        self.say(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})")
+        c.send(LoadEngines("load", plan.target, plan.drafts, plan.device, plan.dtype))
+        while True:
             try:
-                ev = client.get(timeout=silence_s)
+                ev = c.get(timeout=self.silence_s)
             except queue.Empty:
-                raise _Stuck(f"the worker (pid {client.pid}) sent nothing, not even a heartbeat, for {silence_s:.0f} s while loading") from None
-            on_event(ev)
+                raise _Stuck(f"the worker (pid {c.pid}) sent nothing, not even a heartbeat, for {self.silence_s:.0f} s while loading") from None
+            self.progress(ev)
             if isinstance(ev, EnginesLoaded):
-                loaded = ev
-            elif isinstance(ev, RunError):
+                break
+            if isinstance(ev, RunError):
                 raise SpecDeckError(ev.message)
-            elif isinstance(ev, WorkerDied):
+            if isinstance(ev, WorkerDied):
                 raise WorkerDiedError(ev.message, fix="rerun the command")
-        device, dtype = loaded.engines[0][1], loaded.engines[0][2]
-        if not quiet:
-            for name, dev, dt, load_s in dict.fromkeys(loaded.engines):
-                print(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s", file=sys.stderr)
-        warm = plan.warmup_command()
+        self.device, self.dtype = ev.engines[0][1], ev.engines[0][2]
+        for name, dev, dt, load_s in dict.fromkeys(ev.engines):
+            self.say(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s")
+
+    def warmup(self) -> list:
+        """The unrecorded warm-up run; returns its lane errors."""
+        from app.core.events import RunError
+
+        warm = self.plan.warmup_command()
+        errors: list = []
         if warm is not None:
-            werrs: list = []
-            client.send(warm)
-            _collect(client, warm.run_id, lambda ev: (on_event(ev), isinstance(ev, RunError) and werrs.append(ev)), silence_s)
-            if werrs:
-                for e in werrs:
-                    print(f"error: {e.message}", file=sys.stderr)
-                return 2
+            self.client.send(warm)
+            _collect(self.client, warm.run_id, lambda ev: (self.progress(ev), isinstance(ev, RunError) and errors.append(ev)), self.silence_s)
+        return errors
+
+    def run(self) -> None:
         from tqdm import tqdm
 
-        pbar = tqdm(total=results.total, desc="bench", unit="lane", file=sys.stderr, disable=quiet, dynamic_ncols=True)
+        from app.core.events import RunDone, RunError
 
-        def on_main(ev) -> None:
-            on_event(ev)
+        plan, results = self.plan, self.results
+        pbar = tqdm(total=results.total, desc="bench", unit="lane", file=sys.stderr, disable=self.quiet, dynamic_ncols=True)
+
+        def on_event(ev) -> None:
+            self.progress(ev)
             results.on_event(ev)
             if isinstance(ev, RunDone) and not plan.is_warmup(ev.lane_id):
                 pbar.update(1)
@@ -271,34 +289,58 @@ def cmd_bench(args) -> int:
             elif getattr(ev, "emitted_ids", None):
                 pbar.set_postfix_str(f"{results.tokens} tokens", refresh=False)
 
-        client.send(plan.command())
-        _collect(client, plan.run_id, on_main, silence_s)
+        try:
+            self.client.send(plan.command())
+            _collect(self.client, plan.run_id, on_event, self.silence_s)
+        finally:
+            pbar.close()
+
+
+def cmd_bench(args) -> int:
+    from app.core.errors import WorkerDiedError
+
+    b = _Bench(_plan(args), args.quiet)
+    failure: str | None = None
+    rc = 0
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        b.load()
+        errors = b.warmup()
+        for e in errors:
+            print(f"error: {e.message}", file=sys.stderr)
+        if errors:
+            return 2
+        b.run()
     except KeyboardInterrupt:
         failure, rc = "interrupted (Ctrl-C)", 130
     except WorkerDiedError as e:
         failure, rc = str(e), 2
     except _Stuck as e:
         failure, rc = f"{e}; it was stopped (kill -STOP?) or is hung. Stopped it.", 2
-        client.kill()
+        b.client.kill()
     finally:
         signal.signal(signal.SIGINT, old)
-        if pbar is not None:
-            pbar.close()
-        bar.close()
-        client.stop()
+        b.bar.close()
+        b.client.stop()
+    return _report(args, b, failure, rc)
+
+
+def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
+    """Print and save what completed (also after an interrupt or a dead worker), with every error and warning."""
+    results = b.results
     for e in results.errors.values():
         print(f"error in lane {e.lane_id}: {e.message}" if e.lane_id else f"error: {e.message}", file=sys.stderr)
     warnings = stall_warnings(results.completed())
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    extra = {"errors": results.error_messages() + ([failure] if failure else []), "warnings": warnings}
+    extra: dict = {"errors": results.error_messages() + ([failure] if failure else []), "warnings": warnings}
+    done = len(results.completed())
     if failure:
-        extra["incomplete"] = f"{len(results.completed())} of {results.total} lanes completed: {failure}"
-    doc = results.report(device, dtype, extra)
-    if failure:
-        print(f"\n{failure}: keeping the {len(results.completed())} of {results.total} lanes that completed", file=sys.stderr)
-        if not results.completed():
+        extra["incomplete"] = f"{done} of {results.total} lanes completed: {failure}"
+        print(f"\n{failure}: keeping the {done} of {results.total} lanes that completed", file=sys.stderr)
+        if not done:
             return rc
+    doc = results.report(b.device, b.dtype, extra)
     if args.json == "-":
         print(json.dumps(doc, indent=1, ensure_ascii=False))
     else:
@@ -308,9 +350,7 @@ def cmd_bench(args) -> int:
             if where != args.json:
                 print(f"error: could not write {args.json}; the report was saved to {where}", file=sys.stderr)
                 rc = rc or 2
-    if results.errors:
-        rc = rc or 2
-    return rc
+    return rc or (2 if results.errors else 0)
 
 
 def stall_warnings(runs) -> list[str]:

@@ -87,3 +87,31 @@ def test_target_probs_follow_truncation_and_cancel_is_kept():
     r2.stop("cancelled")
     done = r2.finish()
     assert done.cancelled and done.stats.stop_reason == "cancelled" and r2.done
+
+
+def test_theory_is_not_applicable_when_every_draft_was_verified_by_the_prompt_forward():
+    """k >= max_new_tokens: all drafting happens in step 0 (its cost hides in the prefill), so there is no c to
+    measure; theory must say n/a instead of a made-up 11x."""
+    from app.core.metrics import summarize
+
+    base = LaneRecorder("L1", "baseline", "p", 0, 4, {EOS}, Detok())
+    base.step([5], t_verify_s=0.2, t_wall_s=0.25)
+    for t in (6, 7, 8):
+        base.step([t], t_verify_s=0.1, t_wall_s=0.1)
+    b = base.finish().stats
+    r = LaneRecorder("L2", "draft:x,k=10", "p", 0, 4, {EOS}, Detok())
+    r.step([5, 6, 7, 8], accepted=3, drafted_ids=[5, 6, 7], t_draft_s=0.3, t_verify_s=0.3, t_wall_s=0.6, draft_forwards=3)
+    s = r.finish().stats
+    assert s.step0_drafted == 3 and s.t_draft_s == 0.0 and s.draft_forwards == 0
+    rows = {x.setup: x for x in summarize([b, s.with_baseline(b)])}
+    assert rows["draft:x,k=10"].c is None and rows["draft:x,k=10"].theoretical_speedup is None
+    assert rows["draft:x,k=10"].speedup == pytest.approx(0.55 / 0.6)
+
+
+def test_a_report_that_cannot_be_written_goes_somewhere_named(tmp_path, monkeypatch):
+    from app.cli import _write_json
+
+    monkeypatch.chdir(tmp_path)
+    where = _write_json({"a": 1}, str(tmp_path / "gone" / "r.json"))
+    assert where.startswith(str(tmp_path)) and "specdeck-report-" in where
+    assert (tmp_path / where.rsplit("/", 1)[1]).read_text().strip() == '{\n "a": 1\n}'
