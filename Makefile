@@ -1,6 +1,7 @@
 # SpecDeck — two commands do all set-up on a fresh machine (Debian 12, Python 3.11):
 #   make run    install everything (once), fetch + convert the Qwen2.5-Coder pair (once), open the app
 #   make test   install everything (once), the whole test suite, headless (QT_QPA_PLATFORM=offscreen)
+#   make test-fast   the tests that load no real weights (-m "not slow"); no SmolLM2 conversion
 # Re-running is fast: stamps in .venv record what was installed for which pyproject/manifests.
 
 SHELL := /bin/bash
@@ -18,7 +19,7 @@ DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 l
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: run test gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+.PHONY: run test test-fast gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
 
 run: deps models-qwen deb-gui
 	@$(PY) -m app convert $(QWEN_DRAFT)
@@ -35,6 +36,10 @@ run: deps models-qwen deb-gui
 test: deps models-test deb-test
 	QT_QPA_PLATFORM=offscreen $(BIN)/pytest $(PYTEST_ARGS)
 
+# The tiny random models still use SmolLM2's tokenizer (read from its GGUF, no weights converted), hence models-test.
+test-fast: deps models-test deb-test
+	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
 gui: deps models-test deb-gui
 	$(PY) -m app gui
 
@@ -46,8 +51,9 @@ bench: deps models-qwen
 screenshots: deps models-qwen deb-gui
 	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots --max-new-tokens 48
 
+# ruff on everything, mypy on the non-UI packages listed in [tool.mypy] (pyproject.toml); both always run.
 lint: deps
-	$(BIN)/ruff check app tests
+	@rc=0; echo "ruff check app tests"; $(BIN)/ruff check app tests || rc=1; echo "mypy"; $(BIN)/mypy || rc=1; exit $$rc
 
 # --- installation ------------------------------------------------------------------------------
 $(PY):

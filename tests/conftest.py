@@ -1,5 +1,10 @@
 """Shared fixtures: real SmolLM2 weights (converted once into the cache) and tiny random models built from a
-config (real transformers models, fast) that share SmolLM2's tokenizer."""
+config (real transformers models, fast) that share SmolLM2's tokenizer.
+
+Tests that need the real weights (`smollm2_dir`, or an engine named smollm2-135m-instruct) are marked `slow`;
+`tiny_pair` reads only the tokenizer from the GGUF, so `pytest -m "not slow"` converts no weights. A fast test
+that converts a real model anyway fails (see `_no_real_conversion_in_fast_tests`).
+"""
 
 from __future__ import annotations
 
@@ -25,14 +30,48 @@ def smollm2_dir() -> Path:
     return prepare(resolve(SMOL))
 
 
-def _tiny(folder: Path, tok_dir: Path, seed: int, hidden: int, layers: int, noise: float = 0.0) -> Path:
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """SmolLM2's real tokenizer without its weights: from the converted cache when it exists, else read from the
+    package's GGUF metadata (~10 s, the same call the conversion makes; no tensors are dequantised)."""
+    from transformers import AutoTokenizer
+
+    from app.engines.cache import cache_dir, is_cached, source_paths
+    from app.engines.registry import resolve
+
+    m = resolve(SMOL)
+    if is_cached(m):
+        return AutoTokenizer.from_pretrained(str(cache_dir(m)))
+    gguf = source_paths(m)[0]
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+_REAL_MODEL_BYTES = 10 << 20  # a GGUF this big is a real model, not a test's hand-made file
+
+
+@pytest.fixture(autouse=True)
+def _no_real_conversion_in_fast_tests(request, monkeypatch):
+    """Keep the fast/slow split honest: converting a real GGUF (in this process) fails a test not marked slow."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    import app.engines.cache as cache
+
+    real = cache.convert_gguf
+
+    def guarded(gguf: Path, *args, **kwargs):
+        if gguf.is_file() and gguf.stat().st_size > _REAL_MODEL_BYTES:
+            pytest.fail(f"{request.node.nodeid} converts real weights ({gguf.name}): mark it @pytest.mark.slow", pytrace=False)
+        return real(gguf, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "convert_gguf", guarded)
+
+
+def _tiny(folder: Path, tok, seed: int, hidden: int, layers: int, noise: float = 0.0) -> Path:
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     if (folder / "config.json").is_file():
         return folder
-    torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
     cfg = LlamaConfig(
         vocab_size=49152,
         hidden_size=hidden,
@@ -46,10 +85,12 @@ def _tiny(folder: Path, tok_dir: Path, seed: int, hidden: int, layers: int, nois
         pad_token_id=2,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(cfg)
-    # Unit-scale embeddings and an untied head give varied, peaked next-token distributions (a tied head makes
-    # a random model repeat its input), so drafts are sometimes accepted and sometimes rejected.
-    with torch.no_grad():
+    # Seeded, and without moving the global RNG: the models are the same whichever test asks first (random order).
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
+        # Unit-scale embeddings and an untied head give varied, peaked next-token distributions (a tied head makes
+        # a random model repeat its input), so drafts are sometimes accepted and sometimes rejected.
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
         model.lm_head.weight.normal_(0.0, 0.1)
         if noise:  # a draft that mostly agrees with the target: the same init, perturbed
@@ -62,12 +103,14 @@ def _tiny(folder: Path, tok_dir: Path, seed: int, hidden: int, layers: int, nois
 
 
 @pytest.fixture(scope="session")
-def tiny_pair(smollm2_dir, tmp_path_factory) -> tuple[Path, Path]:
+def tiny_pair(smollm2_tokenizer, tmp_path_factory) -> tuple[Path, Path]:
     """(target_dir, draft_dir): tiny random Llama models (vocab 49152, SmolLM2 tokenizer), as HF folders.
 
-    The draft is the target's random init perturbed with noise, so it agrees often but not always.
+    The draft is the target's random init perturbed with noise, so it agrees often but not always. No real
+    weights are loaded: tests using only this fixture are fast.
 
     Engine arguments can be these folder paths directly.
     """
     root = tmp_path_factory.mktemp("tiny")
-    return _tiny(root / "tiny-target", smollm2_dir, 0, 64, 2), _tiny(root / "tiny-draft", smollm2_dir, 0, 64, 2, noise=0.2)
+    tok = smollm2_tokenizer
+    return _tiny(root / "tiny-target", tok, 0, 64, 2), _tiny(root / "tiny-draft", tok, 0, 64, 2, noise=0.2)

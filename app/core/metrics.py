@@ -48,7 +48,9 @@ class LaneStats:
 
     Times are in seconds. `wall_s` is the whole generation, prefill included (Spec-Bench's convention), so
     tokens/s = new_tokens / wall_s; `prefill_s` is step 0 (the prompt forward, which verifies the first drafts too)
-    and `ttft_s` the time from the start of the lane to its first emitted token.
+    and `ttft_s` the time from the start of the lane to its first emitted token. `step0_drafted` counts the drafts
+    the prompt forward verified (their cost is in prefill_s, so c and theory use the later steps only);
+    `stall_s` is lane time during which the worker barely ran (stopped or starved): a speedup built on it is flagged.
     """
 
     setup: str
@@ -73,6 +75,8 @@ class LaneStats:
     first_divergence: int | None = None
     speedup: float | None = None
     reference: bool = False
+    step0_drafted: int = 0
+    stall_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -98,24 +102,9 @@ class LaneStats:
         return self.drafted / self.steps if self.steps else 0.0
 
     @property
-    def draft_step_s(self) -> float:
-        """Mean time of one draft forward (0 for drafters without a model)."""
-        return self.t_draft_s / self.draft_forwards if self.draft_forwards else (self.t_draft_s / self.steps if self.steps else 0.0)
-
-    @property
     def decode_steps(self) -> int:
         """Steps after step 0 (whose target forward is the prompt's prefill)."""
         return max(0, self.steps - 1)
-
-    @property
-    def verify_step_s(self) -> float:
-        """Mean target forward time of a decode step."""
-        return self.t_verify_s / self.decode_steps if self.decode_steps else float("nan")
-
-    @property
-    def overhead_s(self) -> float:
-        """Generation time spent neither in prefill, drafting nor verifying (bookkeeping, detokenising)."""
-        return max(0.0, self.wall_s - self.prefill_s - self.t_draft_s - self.t_verify_s)
 
     def with_baseline(self, baseline: LaneStats) -> LaneStats:
         """Fill in `identical_to_baseline`, `first_divergence` and `speedup` against a baseline lane."""
@@ -209,6 +198,7 @@ class SetupSummary:
     prefill_share: float
     overhead_share: float
     ttft_s: float
+    stall_s: float = 0.0  # lane time lost to stalls, summed over the setup's runs (and flagged in displays)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -251,10 +241,13 @@ def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> li
         alpha = accepted / drafted if drafted else None
         mean_k = drafted / steps if steps else 0.0
         fwd = sum(r.draft_forwards for r in rs)
+        decode_drafted = drafted - sum(r.step0_drafted for r in rs)
         c = None
-        if base_step and drafted:
+        # c needs drafting measured outside step 0 (whose cost hides in the prefill): with k >= the token budget
+        # everything is drafted in step 0 and there is nothing to measure, so c and theory are not applicable
+        if base_step and decode_drafted > 0:
             # model drafters: per forward; others (n-gram): per drafted token
-            c = sum(r.t_draft_s for r in rs) / (fwd or drafted) / base_step
+            c = sum(r.t_draft_s for r in rs) / (fwd or decode_drafted) / base_step
         theo = None
         if alpha is not None and c is not None:
             theo = theoretical_speedup(alpha, mean_k, c)
@@ -282,6 +275,7 @@ def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> li
                 prefill_share=tp / wall if wall > 0 else float("nan"),
                 overhead_share=max(0.0, wall - tp - td - tv) / wall if wall > 0 else float("nan"),
                 ttft_s=_mean(r.ttft_s for r in rs),
+                stall_s=sum(r.stall_s for r in rs),
             )
         )
     return out

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from app.core.metrics import LaneStats, summarize
 
-__all__ = ["attach_baseline", "build_report", "write_report", "RUN_KEYS"]
+__all__ = ["attach_baseline", "build_report", "RUN_KEYS"]
 
 RUN_KEYS = (
     "setup",
@@ -88,8 +86,3 @@ def build_report(
     if extra:
         doc.update(extra)
     return _clean(doc)
-
-
-def write_report(doc: dict, path: str | Path) -> None:
-    """Write JSON to a file ("-" = stdout is handled by the caller)."""
-    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -156,37 +156,33 @@ class NvmlReader:
         """
         if not self.available:
             return ()
+        pids = frozenset(int(p) for p in worker_pids)
+        return tuple(self._sample_gpu(i, h, pids) for i, h in enumerate(self._handles))
+
+    def _sample_gpu(self, i: int, h: Any, pids: frozenset[int]) -> GpuSample:
+        """One GPU's sample; each failing query is NaN (logged once)."""
         nv = self._nvml
         assert nv is not None
         clock_sm = getattr(nv, "NVML_CLOCK_SM", 1)
         temp_gpu = getattr(nv, "NVML_TEMPERATURE_GPU", 0)
-        pids = frozenset(int(p) for p in worker_pids)
-        out: list[GpuSample] = []
-        for i, h in enumerate(self._handles):
-            mem_used = mem_total = _NAN
-            try:
-                mem = nv.nvmlDeviceGetMemoryInfo(h)  # .used / .total in bytes
-                mem_used, mem_total = float(mem.used) / _MIB, float(mem.total) / _MIB
-            except Exception as err:
-                self._log_once(i, "memory", err)
-            if pids:
-                worker = self._query(i, "worker_memory", lambda h=h: self._worker_mem_bytes(h, pids)) / _MIB
-            else:
-                worker = _NAN
-            out.append(
-                GpuSample(
-                    index=i,
-                    name=self._names[i],
-                    util_pct=self._query(i, "utilization", lambda h=h: nv.nvmlDeviceGetUtilizationRates(h).gpu),
-                    mem_used_mib=mem_used,
-                    mem_total_mib=mem_total,
-                    power_w=self._query(i, "power", lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),  # mW → W
-                    sm_clock_mhz=self._query(i, "sm_clock", lambda h=h: nv.nvmlDeviceGetClockInfo(h, clock_sm)),
-                    temp_c=self._query(i, "temperature", lambda h=h: nv.nvmlDeviceGetTemperature(h, temp_gpu)),
-                    worker_mem_mib=worker,
-                )
-            )
-        return tuple(out)
+        mem_used = mem_total = _NAN
+        try:
+            mem = nv.nvmlDeviceGetMemoryInfo(h)  # .used / .total in bytes
+            mem_used, mem_total = float(mem.used) / _MIB, float(mem.total) / _MIB
+        except Exception as err:
+            self._log_once(i, "memory", err)
+        worker = self._query(i, "worker_memory", lambda: self._worker_mem_bytes(h, pids)) / _MIB if pids else _NAN
+        return GpuSample(
+            index=i,
+            name=self._names[i],
+            util_pct=self._query(i, "utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu),
+            mem_used_mib=mem_used,
+            mem_total_mib=mem_total,
+            power_w=self._query(i, "power", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),  # mW → W
+            sm_clock_mhz=self._query(i, "sm_clock", lambda: nv.nvmlDeviceGetClockInfo(h, clock_sm)),
+            temp_c=self._query(i, "temperature", lambda: nv.nvmlDeviceGetTemperature(h, temp_gpu)),
+            worker_mem_mib=worker,
+        )
 
     def close(self) -> None:
         """Shut NVML down (pairs the ``nvmlInit`` of the constructor). Safe to call twice."""

@@ -11,23 +11,19 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from app.telemetry.host import HostReader
 from app.telemetry.nvml import NvmlReader
 from app.telemetry.samples import HostSample, TelemetrySample
 
-__all__ = ["TelemetrySampler", "PidsArg", "DEFAULT_ROLE"]
+__all__ = ["TelemetrySampler", "DEFAULT_ROLE"]
 
 log = logging.getLogger(__name__)
 
 #: Role of the current process when no pids are given.
 DEFAULT_ROLE = "self"
-
-#: Watched processes: a fixed role → pid mapping, or a callable asked before every sample (a restarted
-#: worker has a new pid).
-PidsArg = Mapping[str, int] | Callable[[], Mapping[str, int]] | None
 
 
 class TelemetrySampler:

@@ -8,22 +8,19 @@ received before it stays received, and `start()` can bring up a new worker.
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing as mp
 import os
 import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from multiprocessing.connection import wait
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
 
 from app.core.errors import WorkerDiedError
 from app.worker.messages import Command, Shutdown, WorkerDied, WorkerReady
 
 __all__ = ["WorkerClient", "describe_exit"]
-
-_ids = itertools.count(1)
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -61,8 +58,8 @@ class WorkerClient:
         self.queue_events = queue_events
         self.events: queue.Queue = queue.Queue()
         self.proc: mp.process.BaseProcess | None = None
-        self._cmd = None
-        self._evt = None
+        self._cmd: Connection | None = None  # commands to the worker
+        self._evt: Connection | None = None  # events from the worker (read by the drain thread)
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.ready: WorkerReady | None = None
@@ -179,14 +176,6 @@ class WorkerClient:
         """Next event (raises queue.Empty after `timeout` seconds)."""
         return self.events.get(timeout=timeout)
 
-    def iter_events(self, timeout: float | None = None) -> Iterator[object]:
-        """Events as they come; stops after `timeout` s without one (raises queue.Empty) or after WorkerDied."""
-        while True:
-            ev = self.get(timeout=timeout)
-            yield ev
-            if isinstance(ev, WorkerDied):
-                return
-
     def stop(self, timeout: float = 5.0) -> int | None:
         """Ask the worker to shut down, join it (draining so the join cannot block), terminate as a fallback."""
         if self.proc is None:
@@ -208,7 +197,8 @@ class WorkerClient:
             self._thread.join(timeout=2.0)
         for c in (self._cmd, self._evt):
             try:
-                c and c.close()
+                if c is not None:
+                    c.close()
             except OSError:
                 pass
         code = self.proc.exitcode
@@ -226,7 +216,3 @@ class WorkerClient:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    @staticmethod
-    def new_id(prefix: str = "r") -> str:
-        return f"{prefix}{next(_ids)}"

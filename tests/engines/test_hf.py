@@ -14,6 +14,7 @@ def smol():
     return HFEngine(resolve("smollm2-135m-instruct"))
 
 
+@pytest.mark.slow
 def test_engine_facts(smol):
     assert smol.vocab_size == 49152 and smol.device == "cpu" and smol.dtype == "float32"
     assert 2 in smol.eos_ids  # <|im_end|>
@@ -22,16 +23,17 @@ def test_engine_facts(smol):
     assert smol.encode_prompt("hi", chat=False) != ids
 
 
+@pytest.mark.slow
 def test_forward_crop_matches_a_fresh_pass(smol):
     """k-token forward + crop (rejected drafts) leaves the cache as if the rejected tokens never came."""
     ids = smol.encode_prompt("def square(x):", chat=False)
-    s = smol.new_session()
+    s = smol.new_state()
     s.forward(ids[:-1])
     logits_k = s.forward([ids[-1], 100, 200, 300])  # [4, V]
     assert logits_k.shape == (4, smol.vocab_size) and s.length == len(ids) + 3
     s.crop(len(ids) + 1)  # keep token 100, drop 200 and 300
     after = s.forward([555], last_only=True)
-    fresh = smol.new_session()
+    fresh = smol.new_state()
     ref = fresh.forward([*ids, 100, 555])
     assert torch.allclose(after[-1], ref[-1], atol=1e-4)
     assert torch.allclose(logits_k[0], ref[len(ids) - 1], atol=1e-4)
@@ -39,6 +41,7 @@ def test_forward_crop_matches_a_fresh_pass(smol):
         s.crop(s.length + 1)
 
 
+@pytest.mark.slow
 def test_incremental_detokenizer_is_right_for_multibyte(smol):
     text = "naïve café → 世界 🚀 done"
     ids = smol.tokenizer.encode(text, add_special_tokens=False)
@@ -54,6 +57,7 @@ def test_incremental_detokenizer_is_right_for_multibyte(smol):
     assert d2.push(ids[3]) == peeked[0]  # peek does not consume
 
 
+@pytest.mark.slow
 def test_tokenizer_mismatch_is_refused(smol, tmp_path):
     from transformers import AutoTokenizer
 
@@ -74,6 +78,7 @@ def test_cuda_request_without_cuda_is_a_clear_error():
         HFEngine(resolve("smollm2-135m-instruct"), device="cuda")
 
 
+@pytest.mark.slow
 def test_int8_engine_quantizes_the_linears_int8_tolerates(smol):
     """dtype="int8" (draft precision on CPU): SmolLM2 all-int8 is far from fp32 (TV ≈ 0.5), so its worst layers stay
     fp32 (packed for oneDNN) until the next-token distributions are within TV 0.2; close to fp32, not equal."""
@@ -88,8 +93,8 @@ def test_int8_engine_quantizes_the_linears_int8_tolerates(smol):
     assert "PackedLinear" in kinds and q.packed_linears == n_lin - q.int8_linears
     assert isinstance(q.model.model.layers[0].self_attn.q_proj, torch.nn.Module) and not isinstance(q.model.model.layers[0].self_attn.q_proj, PackedLinear)
     ids = smol.encode_prompt("Write a function that adds two numbers.\n\ndef add(a, b):\n    return a + b\n", chat=False)
-    a = smol.new_session().forward(ids)
-    b = q.new_session().forward(ids)
+    a = smol.new_state().forward(ids)
+    b = q.new_state().forward(ids)
     assert b.shape == a.shape and b.dtype == torch.float32
     tv = 0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1).mean().item()
     assert 0.0 < tv < 0.3, tv  # close, not equal: this is why only drafts use it
@@ -103,3 +108,39 @@ def test_int8_refuses_cuda_with_the_fix():
 
     with pytest.raises(EngineError, match="--device cpu"):  # no CUDA at all: the device error comes first
         HFEngine(resolve("smollm2-135m-instruct"), device="cuda", dtype="int8")
+
+
+def test_a_broken_config_json_is_an_engine_error_naming_the_file(tiny_pair, tmp_path):
+    import shutil
+
+    from app.core.errors import EngineError
+
+    folder = shutil.copytree(tiny_pair[0], tmp_path / "broken")
+    (folder / "config.json").write_text('{"model_type": "llama", "hidden_size": 64,')  # cut short
+    with pytest.raises(EngineError) as e:
+        HFEngine(resolve(str(folder)))
+    assert str(folder / "config.json") in e.value.message and "not a valid model config" in e.value.message
+    assert e.value.fix and "replace" in e.value.fix
+    (folder / "config.json").write_text("[1, 2]")  # JSON, but not a config
+    with pytest.raises(EngineError, match="not an object"):
+        HFEngine(resolve(str(folder)))
+
+
+def test_bfloat16_from_an_fp32_folder_equals_transformers_own_load(tiny_pair):
+    """The engine converts the mapped fp32 weights one at a time; the model is the one from_pretrained(dtype=…)
+    builds, to the bit."""
+    from transformers import AutoModelForCausalLM
+
+    from app.engines.cpu_kernels import weight_bytes
+
+    e = HFEngine(resolve(str(tiny_pair[0])), dtype="bfloat16")
+    ref = AutoModelForCausalLM.from_pretrained(str(tiny_pair[0]), dtype=torch.bfloat16)
+    assert e.dtype == "bfloat16" and e.model.config.dtype == torch.bfloat16
+    assert e.model.lm_head.weight.dtype == torch.bfloat16 and weight_bytes(e.model) == weight_bytes(ref)
+    for (n, a), (_, b) in zip(list(e.model.state_dict().items()), list(ref.state_dict().items()), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), n
+    for (n, a), (_, b) in zip(e.model.named_buffers(), ref.named_buffers(), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), n  # rotary inv_freq stays fp32 in both
+    ids = e.encode_prompt("def add(a, b):", chat=False)
+    with torch.inference_mode():
+        assert torch.equal(e.new_state().forward(ids), ref(input_ids=torch.tensor([ids])).logits[0].float())

@@ -127,7 +127,7 @@ def test_kill_9_mid_run_is_reported_and_a_new_worker_starts(tiny_pair):
     c = WorkerClient()
     c.start()
     try:
-        c.send(RunLanes("r", t, lanes(t, d)[:1], Sampling(max_new_tokens=5000), chat=False))
+        c.send(RunLanes("r", t, lanes(t, d)[:1], Sampling(max_new_tokens=2000), chat=False))  # within the 2,048 positions
         _, before = until(c, StepEvent, 120, lambda e: e.step >= 2)
         t0 = time.perf_counter()
         os.kill(c.pid, signal.SIGKILL)
