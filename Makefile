@@ -19,7 +19,7 @@ DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 l
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: run test test-fast gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+.PHONY: run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
 
 run: deps models-qwen deb-gui
 	@$(PY) -m app convert $(QWEN_DRAFT)
@@ -52,6 +52,11 @@ screenshots: deps models-qwen deb-gui
 	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots --max-new-tokens 48
 
 # ruff on everything, mypy on the non-UI packages listed in [tool.mypy] (pyproject.toml); both always run.
+# On a machine with an NVIDIA GPU (and a CUDA build of torch): CUDA lanes in bfloat16/float16, real NVML telemetry,
+# a GUI screenshot with GPU plots, TensorRT-LLM lanes when installed; one summary. Without a GPU it says so, exit 0.
+gpu-check: deps models-test deb-test
+	QT_QPA_PLATFORM=offscreen timeout 290 $(PY) -m app.gpu_check --out out/gpu-check
+
 lint: deps
 	@rc=0; echo "ruff check app tests"; $(BIN)/ruff check app tests || rc=1; echo "mypy"; $(BIN)/mypy || rc=1; exit $$rc
 

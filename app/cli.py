@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from app.core.errors import SetupError, SpecDeckError
 
@@ -80,7 +81,7 @@ class _Bar:
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
-        self.bars: dict[str, object] = {}
+        self.bars: dict[str, Any] = {}
 
     def __call__(self, task: str, done: float, total: float, unit: str = "") -> None:
         if self.quiet:
@@ -267,7 +268,13 @@ class _Bench:
         errors: list = []
         if warm is not None:
             self.client.send(warm)
-            _collect(self.client, warm.run_id, lambda ev: (self.progress(ev), isinstance(ev, RunError) and errors.append(ev)), self.silence_s)
+
+            def on_event(ev) -> None:
+                self.progress(ev)
+                if isinstance(ev, RunError):
+                    errors.append(ev)
+
+            _collect(self.client, warm.run_id, on_event, self.silence_s)
         return errors
 
     def run(self) -> None:
@@ -282,8 +289,9 @@ class _Bench:
             self.progress(ev)
             results.on_event(ev)
             if isinstance(ev, RunDone) and not plan.is_warmup(ev.lane_id):
+                st: Any = ev.stats
                 pbar.update(1)
-                pbar.set_postfix_str(f"{ev.stats.setup} {ev.stats.prompt_id}: {ev.stats.tokens_per_s:.1f} tok/s")
+                pbar.set_postfix_str(f"{st.setup} {st.prompt_id}: {st.tokens_per_s:.1f} tok/s")
             elif isinstance(ev, RunError) and not plan.is_warmup(ev.lane_id):
                 pbar.update(1)
             elif getattr(ev, "emitted_ids", None):

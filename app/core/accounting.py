@@ -282,7 +282,7 @@ class LaneRecorder:
     def stats(self) -> LaneStats:
         """The lane's LaneStats from everything recorded so far."""
         acc = self.acc
-        d = dict(
+        d: dict[str, Any] = dict(
             setup=self.setup,
             prompt_id=self.prompt_id,
             repeat=self.repeat,

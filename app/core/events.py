@@ -88,8 +88,6 @@ class Progress:
     done: float
     total: float
     unit: str = ""
-    lane_id: str | None = None
-    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)

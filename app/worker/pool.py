@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from app.core.errors import EngineError
 from app.core.events import Progress
@@ -36,7 +37,7 @@ class EnginePool:
 
     def __init__(self, emit: Callable[[object], None] = lambda e: None) -> None:
         self.emit = emit
-        self._engines: dict[tuple[str, str | None, str | None], object] = {}
+        self._engines: dict[tuple[str, str | None, str | None], Any] = {}
         self._tokenizers: dict[str, object] = {}
 
     def put(self, name: str, engine, device: str | None = None, dtype: str | None = None) -> None:
