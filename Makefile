@@ -55,7 +55,7 @@ screenshots: deps models-qwen deb-gui
 # On a machine with an NVIDIA GPU (and a CUDA build of torch): CUDA lanes in bfloat16/float16, real NVML telemetry,
 # a GUI screenshot with GPU plots, TensorRT-LLM lanes when installed; one summary. Without a GPU it says so, exit 0.
 gpu-check: deps models-test deb-test
-	QT_QPA_PLATFORM=offscreen timeout 290 $(PY) -m app.gpu_check --out out/gpu-check
+	QT_QPA_PLATFORM=offscreen $(PY) -m app.gpu_check --out out/gpu-check --budget-s 280
 
 lint: deps
 	@rc=0; echo "ruff check app tests"; $(BIN)/ruff check app tests || rc=1; echo "mypy"; $(BIN)/mypy || rc=1; exit $$rc

@@ -138,18 +138,23 @@ def _read_bench(path: str) -> tuple[bool, str, dict]:
 
 
 def run_parts(parts: Sequence[Part], runner: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-              env: dict | None = None) -> list[PartResult]:
-    """Run each part (a subprocess of `python -m app`) and judge it."""
+              env: dict | None = None, budget_s: float = float("inf")) -> list[PartResult]:
+    """Run each part (a subprocess of `python -m app`) and judge it, all within `budget_s` seconds."""
     results = []
+    deadline = time.perf_counter() + budget_s
     for p in parts:
         if p.skip:
             results.append(PartResult(p.name, "skip", p.skip))
             continue
+        limit = min(p.timeout_s, deadline - time.perf_counter())
+        if limit < 10:
+            results.append(PartResult(p.name, "skip", "no time left in the check's budget"))
+            continue
         t0 = time.perf_counter()
         try:
-            r = runner([sys.executable, "-m", "app", *p.argv], capture_output=True, text=True, timeout=p.timeout_s, env=env)
+            r = runner([sys.executable, "-m", "app", *p.argv], capture_output=True, text=True, timeout=limit, env=env)
         except subprocess.TimeoutExpired:
-            results.append(PartResult(p.name, "fail", f"timed out after {p.timeout_s:.0f} s", time.perf_counter() - t0))
+            results.append(PartResult(p.name, "fail", f"timed out after {limit:.0f} s", time.perf_counter() - t0))
             continue
         wall = time.perf_counter() - t0
         tail = (r.stderr or r.stdout or "").strip().splitlines()[-1:] or [""]
@@ -196,6 +201,7 @@ def _telemetry_summary(samples) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.gpu_check", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/gpu-check", help="folder for reports and the screenshot")
+    ap.add_argument("--budget-s", type=float, default=280.0, help="the whole check's time (parts that no longer fit are skipped)")
     args = ap.parse_args(argv)
     present, words = gpu_presence()
     if not present:
@@ -217,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     env = dict(os.environ, QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"))
     with TelemetrySampler(rate_hz=5.0, pids={"gpu-check": os.getpid()}) as sampler:
-        results = run_parts(parts, env=env)
+        results = run_parts(parts, env=env, budget_s=args.budget_s)
         telemetry = _telemetry_summary(sampler.samples())
     (out / "telemetry.json").write_text(json.dumps(sampler.to_json()), encoding="utf-8")
     print(format_summary(results, telemetry))

@@ -59,4 +59,6 @@ def test_parts_are_judged_from_their_reports(tmp_path):
     assert res["on cpu"].status == "fail"  # a run that fell back to the CPU is not a GPU pass
     assert res["trt"].status == "skip"
     text = format_summary(list(res.values()), {"max util %": 97})
+    late = run_parts([Part("late", ("bench", "--json", good), 100, output=good)], runner=fake_run, budget_s=5)
+    assert late[0].status == "skip" and "budget" in late[0].detail
     assert "1 passed, 2 failed, 1 skipped" in text and "ngram: 120.0 tok/s, 1.50x" in text and "max util % 97" in text
