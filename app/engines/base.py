@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["Engine", "Session", "IncrementalDetokenizer", "TokenizerMixin", "PROBE_TEXT", "check_tokenizers"]
+__all__ = ["Engine", "DecodeState", "IncrementalDetokenizer", "TokenizerMixin", "PROBE_TEXT", "check_tokenizers"]
 
 PROBE_TEXT = "def fib(n):\n    return n if n < 2 else fib(n-1) + fib(n-2)  # héllo, 世界 🚀"
 
 
-class Session(Protocol):
-    """One sequence's KV cache on one engine. Lanes each own a session; weights are shared."""
+class DecodeState(Protocol):
+    """One sequence's KV cache on one engine. Each lane owns one; weights are shared."""
 
     @property
     def length(self) -> int:
@@ -36,13 +36,11 @@ class Engine(Protocol):
 
     def encode_prompt(self, text: str, chat: bool = True) -> list[int]: ...
 
-    def new_session(self) -> Session: ...
+    def new_state(self) -> DecodeState: ...
 
     def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer: ...
 
     def decode(self, ids: list[int]) -> str: ...
-
-    def probe_ids(self) -> tuple[int, ...]: ...
 
 
 class IncrementalDetokenizer:
@@ -128,6 +126,3 @@ class TokenizerMixin:
 
     def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.decode, prompt_ids)
-
-    def probe_ids(self) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))

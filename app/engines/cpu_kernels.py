@@ -8,17 +8,41 @@ ours, transformers' reference lanes) uses the same patched model, so comparisons
 
 The ops are PyTorch's own (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`, which inductor uses for
 CPU linears); they are private, so `pack_linears` checks each patched layer against the original on a random input
-and leaves the model untouched when anything is missing or differs. `SPECDECK_CPU_GEMM=default` turns it off.
+and keeps the default path for any layer (and every one after it) that differs or fails. `SPECDECK_CPU_GEMM=default`
+turns it off.
+
+Memory: transformers maps the safetensors file and hands out views of it, so an fp32 weight costs RSS only once its
+pages are read. Packing, quantizing or converting a layer reads them; `release_file_pages` then drops them from this
+process (the file stays in the page cache; a later read maps them again), so an fp32 original is never resident next
+to its packed, int8 or converted copy. Weights are converted, and a large one (an output layer) quantized, a block of
+rows at a time, and the C heap is trimmed of the load's scratch (`trim_heap`). A load thus peaks at about the
+bytes the model keeps plus one layer; an embedding left in fp32 stays mapped, its rows resident as tokens use them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import mmap
 import os
+import sys
 
 import torch
 
-__all__ = ["PackedLinear", "pack_linears", "available"]
+__all__ = [
+    "PackedLinear",
+    "pack_linears",
+    "available",
+    "int8_available",
+    "quantize_linears_int8",
+    "int8_linear",
+    "copy_released",
+    "CHUNK_BYTES",
+    "LARGE_BYTES",
+    "release_file_pages",
+    "trim_heap",
+    "weight_bytes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +56,119 @@ def available() -> bool:
         and hasattr(ops, "_reorder_linear_weight")
         and hasattr(ops, "_linear_pointwise")
     )
+
+
+_MADV_DONTNEED = 4  # Linux
+_WEIGHT_FILES = (".safetensors",)
+_libc: ctypes.CDLL | bool | None = None
+
+
+def _c_library() -> ctypes.CDLL | None:
+    """The C library's symbols (madvise, malloc_trim), or None where ctypes cannot load them."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        except (OSError, AttributeError):
+            _libc = False
+    return _libc if isinstance(_libc, ctypes.CDLL) else None
+
+
+def _file_mapping(start: int, end: int) -> tuple[int, int] | None:
+    """The mapping of a weights file (read from /proc/self/maps now) that holds [start, end), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)  # address perms offset dev inode path (a path may hold spaces)
+                if len(parts) < 6:
+                    continue
+                path = parts[5].rstrip("\n").removesuffix(" (deleted)")
+                if not path.endswith(_WEIGHT_FILES):
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= start and end <= hi:
+                    return lo, hi
+    except OSError:
+        pass
+    return None
+
+
+def release_file_pages(t: torch.Tensor) -> int:
+    """Drop from this process's RSS the pages of a weights file (safetensors) under `t` (its bytes when contiguous,
+    else its whole storage), once `t` has been copied, packed or quantized; returns the bytes released (0 when `t`
+    is not a view of such a file, or not on Linux). Only file mappings are touched, never anonymous memory: their
+    pages are the file's, unmodified, so a later read of `t` (a tied embedding, a layer put back to fp32) maps them
+    again from the page cache.
+    """
+    if not sys.platform.startswith("linux") or t.device.type != "cpu" or t.is_mkldnn:
+        return 0
+    if t.is_contiguous():
+        start, n = t.data_ptr(), t.numel() * t.element_size()
+    else:
+        start, n = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+    if not start or not n:
+        return 0
+    # t keeps its storage, hence the mapping, alive: what /proc/self/maps says now holds until madvise returns
+    found = _file_mapping(start, start + n)
+    if found is None:
+        return 0
+    page = mmap.PAGESIZE
+    lo = max(found[0], start // page * page)
+    hi = min(found[1], -(-(start + n) // page) * page)
+    libc = _c_library()
+    if libc is None:
+        return 0
+    if libc.madvise(lo, hi - lo, _MADV_DONTNEED) != 0:
+        log.debug("madvise(DONTNEED) failed: errno %d", ctypes.get_errno())
+        return 0
+    return hi - lo
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the OS (glibc's malloc_trim; a no-op elsewhere). A load's transient
+    buffers (activations of the int8 check, quantization scratch) are freed into the heap, where glibc keeps them —
+    in RSS — for reuse, tens to hundreds of MiB across threads' arenas."""
+    trim = getattr(_c_library(), "malloc_trim", None)
+    if trim is not None:
+        trim(ctypes.c_size_t(0))
+
+
+CHUNK_BYTES = 8 << 20  # rows of a weight are converted, or of a large one quantized, this many bytes at a time
+LARGE_BYTES = 64 << 20  # a weight quantized in blocks: an output layer (Qwen2.5-0.5B's: 544 MB), not an MLP's
+
+
+def _large(w: torch.Tensor) -> bool:
+    return w.numel() * w.element_size() > LARGE_BYTES
+
+
+def _row_blocks(t: torch.Tensor, chunk_bytes: int | None = None) -> list[slice]:
+    """Slices of t's first dimension, each about chunk_bytes (one slice when t is small or 0-d). Past 1024 rows, a
+    multiple of 1024 rows: a linear layer computed a block of output rows at a time then gives, with MKL here, the
+    same bits as in one call (not with an odd split)."""
+    if t.dim() == 0 or t.shape[0] == 0:
+        return [slice(None)]
+    rows = max(1, (chunk_bytes or CHUNK_BYTES) // max(1, t[0].numel() * t.element_size()))
+    if rows > 1024:
+        rows -= rows % 1024
+    return [slice(a, a + rows) for a in range(0, t.shape[0], rows)]
+
+
+def copy_released(t: torch.Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> torch.Tensor:
+    """`t.to(device, dtype)` as a new tensor, copied a block of rows at a time, each block's weights-file pages
+    released once copied (`release_file_pages`): converting a mapped fp32 weight never has all of it resident
+    beside its copy. Elementwise, so the result equals `t.to(device, dtype)` exactly."""
+    dtype = dtype if dtype is not None and t.is_floating_point() else t.dtype
+    out = torch.empty(t.shape, dtype=dtype, device=device if device is not None else t.device)
+    with torch.no_grad():
+        if t.dim() == 0:
+            out.copy_(t)
+            release_file_pages(t)
+            return out
+        for rows in _row_blocks(t):
+            out[rows].copy_(t[rows])
+            release_file_pages(t[rows])
+    return out
 
 
 class PackedLinear(torch.nn.Module):
@@ -53,34 +190,42 @@ class PackedLinear(torch.nn.Module):
 
 
 def pack_linears(model: torch.nn.Module) -> int:
-    """Replace every fp32 CPU nn.Linear in `model` by a PackedLinear; returns how many were replaced (0 when
-    the ops are unavailable or a self-check fails, leaving the model as it was)."""
+    """Replace the fp32 CPU nn.Linear layers of `model` by PackedLinear ones, one at a time: pack, check the packed
+    layer against the original on a random input, swap, release the original (its file pages when it is a view of
+    the weights file; its memory once nothing else refers to it). Returns how many were replaced: 0 when the ops
+    are unavailable; at the first layer whose check fails (or whose ops raise), that layer and the rest keep the
+    default path — every packed layer matched its original."""
     if not available():
         return 0
-    todo = []
-    for _, mod in model.named_modules():
-        for cname, child in mod.named_children():
-            if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu":
-                todo.append((mod, cname, child))
-    if not todo:
-        return 0
+    # (parent, name) only: holding the children themselves would keep every original alive until the end. Largest
+    # first: a layer's original and its packed copy are both resident for a moment, before the others pile up.
+    found = [
+        (child.weight.numel(), mod, cname)
+        for mod in model.modules()
+        for cname, child in mod.named_children()
+        if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu"
+    ]
+    todo = [(mod, cname) for _, mod, cname in sorted(found, key=lambda r: -r[0])]
     g = torch.Generator().manual_seed(0)
-    replaced = []
-    try:
-        with torch.inference_mode():
-            for mod, cname, child in todo:
+    n = 0
+    with torch.inference_mode():
+        for mod, cname in todo:
+            child = getattr(mod, cname)
+            try:
                 p = PackedLinear(child)
                 x = torch.randn(3, child.in_features, generator=g)
                 ref = torch.nn.functional.linear(x, child.weight, child.bias)
                 if not torch.allclose(p(x), ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()) + 1e-5):
                     raise RuntimeError(f"oneDNN linear differs from nn.Linear on {cname}")
-                replaced.append((mod, cname, child, p))
-    except Exception as e:  # private ops changed or misbehave: keep the default path
-        log.warning("not using oneDNN packed linears: %s", e)
-        return 0
-    for mod, cname, _, p in replaced:
-        setattr(mod, cname, p)
-    return len(replaced)
+            except Exception as e:  # private ops changed or misbehave: keep the default path from here on
+                log.warning("not using oneDNN packed linears%s: %s", f" beyond {n} layers" if n else "", e)
+                break
+            setattr(mod, cname, p)
+            release_file_pages(child.weight)
+            del child, p
+            n += 1
+    trim_heap()
+    return n
 
 
 def int8_available() -> bool:
@@ -94,6 +239,52 @@ def int8_available() -> bool:
     except (ImportError, AttributeError):
         return False
     return bool(engines & {"fbgemm", "x86"})
+
+
+def int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None = None, on_block=None) -> torch.nn.Module:
+    """`torch.ao.nn.quantized.dynamic.Linear.from_float` of `linear` with per-channel int8 weights
+    (`per_channel_dynamic_qconfig`), releasing the fp32 weight's file pages as it goes. A weight over LARGE_BYTES
+    (any weight, given `chunk_bytes`) is observed and quantized a block of rows at a time — per-channel quantization
+    treats each output row on its own, so the int8 weights, scales and zero points are the same as from_float's — and
+    only the int8 rows pile up; `on_block(rows, weight_rows)` then sees each block before its pages are released
+    (the int8 check computes the layer's fp32 output there)."""
+    import torch.ao.nn.quantized.dynamic as nnqd
+    from torch.ao.nn.quantized.modules.utils import _quantize_weight
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    w = linear.weight
+    blocks = _row_blocks(w, chunk_bytes) if chunk_bytes or _large(w) else [slice(None)]
+    if len(blocks) == 1 and on_block is None:
+        linear.qconfig = per_channel_dynamic_qconfig
+        try:
+            q = nnqd.Linear.from_float(linear)
+        finally:
+            del linear.qconfig
+        release_file_pages(w)
+        return q
+    ints = torch.empty(w.shape, dtype=torch.int8)
+    scales, zero_points = [], []
+    with torch.no_grad():
+        for rows in blocks:
+            if on_block is not None:
+                on_block(rows, w[rows])
+            observer = per_channel_dynamic_qconfig.weight()
+            observer(w[rows])
+            qw = _quantize_weight(w[rows].float(), observer)
+            ints[rows] = qw.int_repr()
+            scales.append(qw.q_per_channel_scales())
+            zero_points.append(qw.q_per_channel_zero_points())
+            del qw
+            release_file_pages(w[rows])
+            trim_heap()
+        qweight = torch._make_per_channel_quantized_tensor(ints, torch.cat(scales), torch.cat(zero_points), 0)
+    del ints
+    trim_heap()
+    # built 1x1 then given the weights: nnqd.Linear(in, out) would first pack an empty [out, in] int8 placeholder
+    q = nnqd.Linear(1, 1, dtype=torch.qint8)
+    q.in_features, q.out_features = linear.in_features, linear.out_features
+    q.set_weight_bias(qweight, linear.bias)
+    return q
 
 
 def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: float = 0.2) -> tuple[int, int, float]:
@@ -113,59 +304,122 @@ def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: 
     (0.59), 0.11 once its down, up and v projections stay fp32. So each layer's own error on the inputs it sees for
     the probe ranks the layers, and the worst go back to fp32, an eighth of the remaining ones at a time, until the
     distributions pass.
+
+    Memory: each layer is quantized as soon as the fp32 reference forward has run through it (a forward hook), and
+    its fp32 pages released (`release_file_pages`); a weight over LARGE_BYTES (the output layer) computes its part of
+    the reference forward and is quantized a block of rows at a time instead. So the fp32 model is never resident
+    beside the int8 one. The fp32 originals stay what they are, views of the weights file, for the layers put back
+    to fp32 (the caller packs those). An fp32 model built in memory has no file to fall back on: its originals stay
+    until this returns.
     """
     import warnings
-
-    import torch.ao.nn.quantized.dynamic as nnqd
-    from torch.ao.quantization import per_channel_dynamic_qconfig
 
     linears = [(parent, cname, child) for parent in model.modules() for cname, child in parent.named_children() if type(child) is torch.nn.Linear]
     if not linears:
         return 0, 0, 1.0
-    inputs: dict[int, torch.Tensor] = {}
+    quantized: dict[int, tuple[float, torch.nn.Module]] = {}  # id(fp32 layer) -> (RMS error per row, int8 layer)
 
-    def grab(mod, args, out):
-        inputs[id(mod)] = args[0].detach().reshape(-1, mod.in_features)
+    def quantize(child: torch.nn.Linear, x: torch.Tensor | None) -> torch.Tensor | None:
+        """Quantize `child` and rank it by its error on its input x (None: the probe never reached it); returns its
+        fp32 output on x."""
+        if x is None:
+            quantized[id(child)] = (float("inf"), int8_linear(child))
+            return None
+        x2 = x.detach().reshape(-1, child.in_features)  # [n, in]
+        if _large(child.weight):
+            # a large weight (the output layer): its fp32 output a block of rows at a time, each block quantized and
+            # its pages released before the next, so the whole fp32 weight is never resident
+            y = torch.empty(x2.shape[0], child.out_features, dtype=x2.dtype)  # [n, out]
+            b = child.bias
+
+            def on_block(rows: slice, w_rows: torch.Tensor) -> None:
+                y[:, rows] = torch.nn.functional.linear(x2, w_rows, b[rows] if b is not None else None)
+
+            q = int8_linear(child, on_block=on_block)
+        else:  # the layer's own fp32 output, while its weight is resident
+            y = torch.nn.functional.linear(x2, child.weight, child.bias)
+            q = int8_linear(child)
+        err = float(q(x2).sub_(y).norm() / x2.shape[0] ** 0.5)  # RMS error per row; in place: vocabulary-wide rows
+        quantized[id(child)] = (err if err == err else float("inf"), q)
+        trim_heap()
+        return y
+
+    def on_forward(mod, args, out):  # small layers: after their own forward
+        if id(mod) not in quantized:  # a layer called twice in one forward is quantized once
+            quantize(mod, args[0])
+
+    def blockwise(mod):  # large layers: instead of their forward
+        def forward(x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+            if id(mod) in quantized:
+                return torch.nn.functional.linear(x, mod.weight, mod.bias)
+            y = quantize(mod, x)
+            assert y is not None
+            return y.reshape(*x.shape[:-1], mod.out_features)
+
+        return forward
 
     x_ids = torch.tensor([probe_ids], dtype=torch.long)
-    hooks = [child.register_forward_hook(grab) for _, _, child in linears]
-    try:
-        with torch.inference_mode():
-            ref = model(input_ids=x_ids).logits[0].float()
-    finally:
-        for h in hooks:
-            h.remove()
-    ranked = []  # (error, parent, name, fp32 module, int8 module)
     with warnings.catch_warnings(), torch.inference_mode():
         # torch.ao.quantization's eager API is deprecated in favour of torchao, which is not a dependency here
         warnings.simplefilter("ignore")
-        for parent, cname, child in linears:
-            child.qconfig = per_channel_dynamic_qconfig
-            q = nnqd.Linear.from_float(child)
-            del child.qconfig
-            x = inputs.pop(id(child), None)
-            err = float("inf")
-            if x is not None:
-                y = torch.nn.functional.linear(x, child.weight, child.bias)
-                err = float((q(x) - y).norm() / x.shape[0] ** 0.5)  # RMS error per row
-            ranked.append((err if err == err else float("inf"), parent, cname, child, q))
+        hooks = []
+        for _, _, child in linears:
+            if _large(child.weight):
+                child.forward = blockwise(child)
+            else:
+                hooks.append(child.register_forward_hook(on_forward))
+        try:
+            p_ref = model(input_ids=x_ids).logits[0].float().softmax(-1)  # [n, V]: the fp32 reference
+        finally:
+            for h in hooks:
+                h.remove()
+            for _, _, child in linears:
+                child.__dict__.pop("forward", None)
+        for _, _, child in linears:  # layers the probe never reached
+            if id(child) not in quantized:
+                quantize(child, None)
+    ranked = [(*quantized[id(child)], parent, cname, child) for parent, cname, child in linears]  # (error, int8, …)
+    quantized.clear()
     ranked.sort(key=lambda r: -r[0])
-    for _, parent, cname, _, q in ranked:
+    for _, q, parent, cname, _ in ranked:
         setattr(parent, cname, q)
-
-    p_ref = ref.softmax(-1)
 
     def distance() -> float:
         with torch.inference_mode():
             p = model(input_ids=x_ids).logits[0].float().softmax(-1)
-        return float(0.5 * (p - p_ref).abs().sum(-1).mean())
+            return float(0.5 * p.sub_(p_ref).abs_().sum(-1).mean())
 
     kept = 0
     tv = distance()
     while not tv <= max_tv and kept < len(ranked):
         step = max(1, (len(ranked) - kept) // 8)
-        for _, parent, cname, child, _ in ranked[kept : kept + step]:
+        for _, _, parent, cname, child in ranked[kept : kept + step]:
             setattr(parent, cname, child)
         kept += step
         tv = distance() if kept < len(ranked) else 0.0
-    return len(ranked) - kept, kept, tv
+    n_int8 = len(ranked) - kept
+    ranked.clear()  # the int8 copies of the layers put back to fp32
+    trim_heap()
+    return n_int8, kept, tv
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights `model` holds, each tensor once: parameters and buffers (a tied weight counts once; a
+    tensor still mapped from its file counts too, resident or not), oneDNN-packed copies, and int8 layers' packed
+    weights with their per-channel scales, zero points and column offsets. In bytes."""
+    seen: set[int] = set()
+    total = 0
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.device.type == "meta":
+            continue
+        key = t.untyped_storage().data_ptr() if not t.is_mkldnn else id(t)
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes() if not t.is_mkldnn else t.numel() * t.element_size()
+    for m in model.modules():
+        if isinstance(m, PackedLinear):
+            total += m.packed.numel() * m.packed.element_size()
+        elif hasattr(m, "_packed_params") and hasattr(m._packed_params, "_weight_bias"):  # dynamic int8 Linear
+            w, b = m._packed_params._weight_bias()
+            total += w.numel() * w.element_size() + w.shape[0] * 12 + (b.numel() * b.element_size() if b is not None else 0)
+    return total

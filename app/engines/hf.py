@@ -6,6 +6,7 @@ changes how often its drafts are accepted, never what the target emits.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from app.engines.base import TokenizerMixin
 from app.engines.cache import ProgressFn, prepare
 from app.engines.registry import EngineManifest
 
-__all__ = ["HFEngine", "HFSession", "resolve_device", "resolve_dtype", "load_tokenizer"]
+__all__ = ["HFEngine", "HFDecodeState", "resolve_device", "resolve_dtype", "load_tokenizer"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,6 +49,83 @@ def load_tokenizer(folder: Path):
     return AutoTokenizer.from_pretrained(str(folder))
 
 
+def _repair_hint(m: EngineManifest, file: Path | None = None) -> str:
+    """What to do about a model folder that does not load: reconvert a cache, or mend the user's own folder."""
+    if m.source_kind in ("gguf", "gguf_parts"):
+        return f"the converted cache is damaged: run `python -m app convert {m.name} --force`"
+    what = f"restore {file.name} (the model's JSON config, as save_pretrained writes it) or replace" if file else "repair or replace"
+    return f"{what} the model folder {', '.join(m.source)} (engine {m.where})"
+
+
+def _read_config(m: EngineManifest, folder: Path) -> dict:
+    """The folder's config.json as a dict.
+
+    Raises:
+        EngineError: naming the file when it is unreadable or not a JSON object.
+    """
+    f = folder / "config.json"
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise EngineError(f"engine {m.name}: {f} is not a valid model config ({type(e).__name__}: {e})", fix=_repair_hint(m, f)) from None
+    if not isinstance(cfg, dict):
+        raise EngineError(f"engine {m.name}: {f} is not a valid model config (a JSON {type(cfg).__name__}, not an object)", fix=_repair_hint(m, f))
+    return cfg
+
+
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def _file_dtype(folder: Path) -> torch.dtype | None:
+    """The float dtype of most bytes in the folder's safetensors files (from their headers), or None."""
+    sizes: dict[torch.dtype, int] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n)) if 0 < n < 1 << 28 else {}
+        for k, v in header.items():
+            dt = _SAFETENSORS_DTYPES.get(str(v.get("dtype"))) if k != "__metadata__" and isinstance(v, dict) else None
+            if dt is not None:
+                a, b = v["data_offsets"]
+                sizes[dt] = sizes.get(dt, 0) + b - a
+    return max(sizes, key=sizes.__getitem__) if sizes else None
+
+
+def _load_model(folder: Path, dtype: torch.dtype, device: str, quantized: bool):
+    """transformers' model from `folder`, in `dtype` on `device`, without holding two copies of the weights.
+
+    Loaded in the file's own dtype, every weight is a view of the mapped safetensors file (pages read on first use:
+    a CPU fp32 load costs nothing until the weights are packed or used). When the dtype or device differs, each
+    weight is converted on its own, a block of rows at a time, and its file pages released as it goes
+    (`cpu_kernels.copy_released`), where `from_pretrained(dtype=…)` keeps the whole file resident until the last
+    weight is converted. Quantized checkpoints and models that keep some modules in fp32 go through
+    `from_pretrained(dtype=…)` as they are.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from app.engines.cpu_kernels import copy_released
+
+    file_dtype = None if quantized else _file_dtype(folder)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=file_dtype or dtype)
+    if file_dtype is None or (file_dtype == dtype and device == "cpu"):
+        return model.to(device)
+    if getattr(model, "_keep_in_fp32_modules", None) or getattr(model, "_keep_in_fp32_modules_strict", None):
+        del model
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device)
+    target = torch.device(device)
+    done: dict[int, torch.nn.Parameter] = {}  # id(loaded) -> converted: a tied weight stays one tensor
+    with torch.no_grad():
+        for mod in model.modules():
+            for name, p in list(mod.named_parameters(recurse=False)):
+                if id(p) not in done:
+                    done[id(p)] = torch.nn.Parameter(copy_released(p, dtype, target), requires_grad=p.requires_grad)
+                mod._parameters[name] = done[id(p)]
+            for name, b in list(mod.named_buffers(recurse=False)):
+                mod._buffers[name] = b.to(target)  # buffers keep their dtype, as from_pretrained(dtype=…) leaves them
+    model.config.dtype = dtype
+    return model
+
+
 # What the int8 check feeds the model: code and prose, like the prompts drafts see.
 INT8_PROBE = (
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
@@ -62,7 +140,7 @@ def _vocab_rows(model) -> int:
     return int((w() if callable(w) else w).shape[0])
 
 
-class HFSession:
+class HFDecodeState:
     """One sequence's DynamicCache on an HFEngine."""
 
     def __init__(self, engine: HFEngine) -> None:
@@ -143,18 +221,19 @@ class HFEngine(TokenizerMixin):
         self.torch_dtype = torch.float32 if quant else resolve_dtype(dtype or manifest.dtype, self.device)
         self.dtype = "int8" if quant else str(self.torch_dtype).removeprefix("torch.")
         self.folder = prepare(manifest, progress)
+        config = _read_config(manifest, self.folder)
         t0 = time.perf_counter()
-        self.tokenizer = tokenizer or load_tokenizer(self.folder)
+        if tokenizer is None:
+            try:
+                tokenizer = load_tokenizer(self.folder)
+            except Exception as e:
+                raise EngineError(f"cannot load the tokenizer of engine {self.name} from {self.folder}: {type(e).__name__}: {e}", fix=_repair_hint(manifest)) from None
+        self.tokenizer = tokenizer
         progress(f"load {self.name}", 0, 1, "")
         try:
-            from transformers import AutoModelForCausalLM
-
-            self.model = AutoModelForCausalLM.from_pretrained(str(self.folder), dtype=self.torch_dtype).to(self.device)
+            self.model = _load_model(self.folder, self.torch_dtype, self.device, quantized="quantization_config" in config)
         except Exception as e:
-            raise EngineError(
-                f"cannot load engine {self.name} from {self.folder}: {type(e).__name__}: {e}",
-                fix=f"the cache may be corrupt: run `python -m app convert {self.name} --force`",
-            ) from None
+            raise EngineError(f"cannot load engine {self.name} from {self.folder}: {type(e).__name__}: {e}", fix=_repair_hint(manifest)) from None
         self.model.eval()
         cfg = self.model.config
         self.vocab_size = _vocab_rows(self.model)
@@ -181,29 +260,9 @@ class HFEngine(TokenizerMixin):
             ids.add(self.tokenizer.eos_token_id)
         self.eos_ids = frozenset(int(i) for i in ids)
 
-    def new_session(self) -> HFSession:
-        return HFSession(self)
+    def new_state(self) -> HFDecodeState:
+        return HFDecodeState(self)
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
-
-    @classmethod
-    def from_model(cls, name: str, model, tokenizer, chat_template: bool = False) -> HFEngine:
-        """Wrap an already-built model (tests: tiny random models built from a config)."""
-        self = cls.__new__(cls)
-        self.manifest = EngineManifest(name=name, path=None, backend="hf", source_kind="hf_dir", source=("<memory>",), chat_template=chat_template)
-        self.name = name
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.device = str(next(model.parameters()).device)
-        self.torch_dtype = next(model.parameters()).dtype
-        self.dtype = str(self.torch_dtype).removeprefix("torch.")
-        self.folder = None
-        self.load_s = 0.0
-        self.vocab_size = _vocab_rows(model)
-        self.packed_linears = self.int8_linears = 0
-        self.int8_tv = None
-        eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
-        self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        return self

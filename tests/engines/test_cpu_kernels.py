@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from app.engines import cpu_kernels
-from app.engines.cpu_kernels import PackedLinear, pack_linears
+from app.engines.cpu_kernels import PackedLinear, copy_released, int8_available, int8_linear, pack_linears, release_file_pages
 
-pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="oneDNN packed linear ops unavailable in this torch build")
+needs_onednn = pytest.mark.skipif(not cpu_kernels.available(), reason="oneDNN packed linear ops unavailable in this torch build")
 
 
 def model() -> torch.nn.Module:
@@ -14,6 +16,7 @@ def model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 32, bias=False))
 
 
+@needs_onednn
 def test_packed_model_matches_the_original_for_1_to_8_rows():
     m = model()
     x = [torch.randn(1, n, 64) for n in (1, 2, 5, 8)]
@@ -25,6 +28,7 @@ def test_packed_model_matches_the_original_for_1_to_8_rows():
             assert torch.allclose(m(t), r, atol=1e-5, rtol=1e-4)
 
 
+@needs_onednn
 def test_opt_out_and_non_fp32_layers_are_left_alone(monkeypatch):
     m = model()
     monkeypatch.setenv("SPECDECK_CPU_GEMM", "default")
@@ -33,7 +37,90 @@ def test_opt_out_and_non_fp32_layers_are_left_alone(monkeypatch):
     assert pack_linears(model().to(torch.bfloat16)) == 0
 
 
+@needs_onednn
 def test_a_failing_self_check_keeps_the_default_path(monkeypatch):
     m = model()
     monkeypatch.setattr(PackedLinear, "forward", lambda self, x: torch.zeros(*x.shape[:-1], self.out_features))
     assert pack_linears(m) == 0 and type(m[0]) is torch.nn.Linear
+
+
+@needs_onednn
+def test_a_later_failing_check_keeps_the_layers_already_checked(monkeypatch):
+    """Layers go one at a time (largest first): those before the failing one stay packed, it and the rest do not."""
+    m = model()
+    real = PackedLinear.forward
+    monkeypatch.setattr(PackedLinear, "forward", lambda self, x: real(self, x) if self.out_features != 32 else torch.zeros(*x.shape[:-1], 32))
+    assert pack_linears(m) == 1 and isinstance(m[0], PackedLinear) and type(m[2]) is torch.nn.Linear
+
+
+@needs_onednn
+def test_packing_drops_each_original():
+    """Nothing keeps an fp32 original beside its packed copy once the layer is swapped."""
+    import weakref
+
+    m = model()
+    originals = [weakref.ref(m[0]), weakref.ref(m[2])]
+    assert pack_linears(m) == 2
+    assert all(r() is None for r in originals)
+
+
+def _rss_file_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc are Linux's")
+def test_release_file_pages_drops_a_mapped_weight_and_nothing_else(tmp_path):
+    """A view of a mapped safetensors file loses its resident pages and still reads the same values (mapped again
+    from the file); an ordinary tensor is left alone."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.randn(2048, 2048)}, tmp_path / "w.safetensors")  # 16 MiB
+    with safe_open(str(tmp_path / "w.safetensors"), framework="pt") as f:
+        w = f.get_tensor("w")
+    total = float(w.sum())
+    before = _rss_file_mib()
+    assert release_file_pages(w) >= w.numel() * 4
+    assert _rss_file_mib() < before - 12
+    assert float(w.sum()) == total
+    plain = torch.randn(1024, 1024)
+    copy = plain.clone()
+    assert release_file_pages(plain) == 0 and torch.equal(plain, copy)
+
+
+def test_copy_released_equals_to():
+    t = torch.randn(3000, 70)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        out = copy_released(t, dtype)
+        assert out.dtype == dtype and torch.equal(out, t.to(dtype)) and out.data_ptr() != t.data_ptr()
+    assert torch.equal(copy_released(torch.arange(5), torch.bfloat16), torch.arange(5))  # integers keep their dtype
+    assert copy_released(torch.tensor(2.5), torch.bfloat16).item() == 2.5
+
+
+@pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this torch build")
+@pytest.mark.parametrize("chunk_bytes", [None, 4096, 10_000])
+def test_int8_linear_in_blocks_equals_from_float(chunk_bytes):
+    """Quantizing a block of rows at a time gives from_float's int8 weights, scales, zero points and outputs."""
+    import warnings
+
+    import torch.ao.nn.quantized.dynamic as nnqd
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 301)
+    x = torch.randn(5, 48)
+    seen = []
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        lin.qconfig = per_channel_dynamic_qconfig
+        ref = nnqd.Linear.from_float(lin)
+        del lin.qconfig
+        q = int8_linear(lin, chunk_bytes, on_block=(lambda rows, w: seen.append(w.shape[0])) if chunk_bytes else None)
+        (wr, br), (wq, bq) = ref._packed_params._weight_bias(), q._packed_params._weight_bias()
+        assert torch.equal(wr.int_repr(), wq.int_repr()) and torch.equal(br, bq)
+        assert torch.equal(wr.q_per_channel_scales(), wq.q_per_channel_scales())
+        assert torch.equal(wr.q_per_channel_zero_points(), wq.q_per_channel_zero_points())
+        assert torch.equal(ref(x), q(x)) and (q.in_features, q.out_features) == (48, 301)
+    if chunk_bytes:
+        assert len(seen) > 1 and sum(seen) == 301  # the blocks cover every row once
