@@ -24,8 +24,10 @@ from app.core.errors import EngineError
 
 __all__ = [
     "EngineManifest",
+    "ManifestProblem",
     "manifest_dirs",
     "list_manifests",
+    "scan_manifests",
     "load_manifest",
     "resolve",
     "resolve_package_path",
@@ -70,16 +72,53 @@ def manifest_dirs() -> list[Path]:
     return dirs
 
 
-def list_manifests() -> list[EngineManifest]:
-    """Every manifest found, first folder wins for a name. Broken manifests raise EngineError."""
-    seen: dict[str, EngineManifest] = {}
+@dataclass(frozen=True)
+class ManifestProblem:
+    """A manifest that could not be loaded: its engine name (the file's stem), path and the error (message + fix)."""
+
+    name: str
+    path: Path
+    error: EngineError
+
+    @property
+    def message(self) -> str:
+        return str(self.error)
+
+
+def scan_manifests() -> tuple[list[EngineManifest], list[ManifestProblem]]:
+    """Every manifest found (first folder wins for a name), and the broken ones beside them instead of raising.
+
+    A broken manifest still claims its name, as :func:`resolve` would find it first.
+
+    Returns:
+        (manifests sorted by name, problems in search order).
+    """
+    seen: dict[str, EngineManifest | None] = {}
+    problems: list[ManifestProblem] = []
     for d in manifest_dirs():
         if not d.is_dir():
             continue
         for p in sorted(d.glob("*.toml")):
-            if p.stem not in seen:
+            if p.stem in seen:
+                continue
+            try:
                 seen[p.stem] = load_manifest(p)
-    return sorted(seen.values(), key=lambda m: m.name)
+            except EngineError as e:
+                seen[p.stem] = None
+                problems.append(ManifestProblem(p.stem, p, e))
+    return sorted((m for m in seen.values() if m is not None), key=lambda m: m.name), problems
+
+
+def list_manifests() -> list[EngineManifest]:
+    """Every manifest found, first folder wins for a name.
+
+    Raises:
+        EngineError: the first broken manifest (see :func:`scan_manifests` for the others beside the errors).
+    """
+    manifests, problems = scan_manifests()
+    if problems:
+        raise problems[0].error
+    return manifests
 
 
 def _typo_hint(key: str, allowed: set[str]) -> str:

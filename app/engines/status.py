@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from app.engines.registry import EngineManifest, list_manifests
+from app.core.errors import EngineError
+from app.engines.registry import EngineManifest, ManifestProblem, list_manifests, scan_manifests
 
-__all__ = ["EngineStatus", "engine_status", "all_status", "backend_status", "compatible"]
+__all__ = ["EngineStatus", "engine_status", "all_status", "scan_status", "backend_status", "compatible"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,22 @@ def engine_status(m: EngineManifest) -> EngineStatus:
 
 
 def all_status() -> list[EngineStatus]:
+    """Every engine's status. Raises EngineError on the first broken manifest (the CLI's `engines` says which)."""
     return [engine_status(m) for m in list_manifests()]
+
+
+def scan_status() -> tuple[list[EngineStatus], list[ManifestProblem]]:
+    """Every loadable engine's status and, beside them, the manifests that could not be read or checked (the
+    GUI lists the good ones and shows each problem instead of losing them all to one broken file)."""
+    manifests, problems = scan_manifests()
+    out: list[EngineStatus] = []
+    for m in manifests:
+        try:
+            out.append(engine_status(m))
+        except Exception as e:  # a check that fails for one engine must not hide the others
+            err = e if isinstance(e, EngineError) else EngineError(f"engine manifest {m.where}: cannot tell whether it is usable: {e}")
+            problems.append(ManifestProblem(m.name, m.path or Path(m.where), err))
+    return out, problems
 
 
 def compatible(target: EngineStatus, draft: EngineStatus) -> bool:

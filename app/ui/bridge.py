@@ -60,6 +60,11 @@ class WorkerBridge(QObject):
     def alive(self) -> bool:
         return self.client is not None and self.client.alive
 
+    @property
+    def starting(self) -> bool:
+        """The worker is being started (commands wait for it)."""
+        return self._starting
+
     # --- commands --------------------------------------------------------------------------------
     def ensure_started(self) -> None:
         """Start the worker in the background unless it runs or is starting."""

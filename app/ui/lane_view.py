@@ -1,8 +1,8 @@
 """One lane on screen: a live header (tokens/s, α, τ, steps, elapsed, badge) over coloured token text.
 
 StepEvents are folded into a pending list when they arrive (cheap) and rendered by :meth:`LaneView.flush`,
-which the window calls from one ~30 Hz timer: consecutive tokens of one kind go into the document with a
-single ``insertText``. The document keeps at most ``max_tokens`` tokens (older text is trimmed in chunks),
+which the window calls from one 20 Hz timer while a run is going: consecutive tokens of one kind go into the
+document with a single ``insertText``; the header's figures are refreshed at most ``header_hz`` times a second. The document keeps at most ``max_tokens`` tokens (older text is trimmed in chunks),
 so a very long run neither grows memory without bound nor slows every repaint.
 """
 
@@ -118,8 +118,11 @@ class LaneView(QFrame):
         max_tokens: tokens kept in the document; the oldest quarter is trimmed when exceeded.
     """
 
-    def __init__(self, index: int, color: str, theme: Theme = LIGHT, max_tokens: int = 20000, parent: QWidget | None = None) -> None:
+    def __init__(self, index: int, color: str, theme: Theme = LIGHT, max_tokens: int = 20000, header_hz: float = 4.0,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.header_s = 1.0 / header_hz
+        self._header_t = 0.0
         self.index = index
         self.color = color
         self.theme = theme
@@ -147,6 +150,10 @@ class LaneView(QFrame):
         self.error.setWordWrap(True)
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error.hide()
+        self.notice = QLabel("")  # a passing warning (a silent worker); unlike `error` it does not end the lane
+        self.notice.setObjectName("laneNotice")
+        self.notice.setWordWrap(True)
+        self.notice.hide()
         self.text = _TokenText(self)
 
         top = QHBoxLayout()
@@ -167,6 +174,7 @@ class LaneView(QFrame):
         lay.addLayout(row2)
         lay.addLayout(row3)
         lay.addWidget(self.error)
+        lay.addWidget(self.notice)
         lay.addWidget(self.text, 1)
         self.set_setup("", "")
         self.reset()
@@ -194,6 +202,7 @@ class LaneView(QFrame):
         self.latency_n = 0
         self.text.clear()
         self.error.hide()
+        self.notice.hide()
         self.badge.hide()
         self.status.setText("idle")
         self._dirty_header = True
@@ -230,6 +239,7 @@ class LaneView(QFrame):
         )
         self.stats_label.setStyleSheet(f"color:{t.text}; font-family:'DejaVu Sans Mono'; font-size:11px")
         self.error.setStyleSheet(f"QLabel {{ background:{t.error_bg}; color:{t.rejected}; border-radius:4px; padding:4px 6px }}")
+        self.notice.setStyleSheet(f"QLabel {{ background:{t.warn_bg}; color:{t.correction}; border-radius:4px; padding:4px 6px }}")
         self.text.setStyleSheet(f"QPlainTextEdit {{ background:{t.base}; color:{t.text} }}")
 
     def show_error(self, message: str) -> None:
@@ -237,6 +247,11 @@ class LaneView(QFrame):
         self.error.setToolTip(message)
         self.error.show()
         self.set_state("error")
+
+    def set_notice(self, text: str) -> None:
+        """Show a warning over the text ("" hides it); the lane's state is unchanged."""
+        self.notice.setText("⚠ " + text if text else "")
+        self.notice.setVisible(bool(text))
 
     def set_badge(self, text: str, good: bool | None) -> None:
         t = self.theme
@@ -265,12 +280,13 @@ class LaneView(QFrame):
             self.output_ids = list(stats.output_ids)
             self.t_s = stats.wall_s
         self.set_state("cancelled" if cancelled else "done")
-        self._dirty_header = True
+        self.update_header()  # the final figures at once
 
     # --- rendering -------------------------------------------------------------------------------
-    def flush(self) -> int:
-        """Render pending tokens in one batch; returns how many were rendered."""
-        if self._dirty_header:
+    def flush(self, header: bool = False) -> int:
+        """Render pending tokens in one batch, and the header when it changed and is due (or `header`); returns how
+        many tokens were rendered."""
+        if self._dirty_header and (header or time.monotonic() - self._header_t >= self.header_s):
             self.update_header()
         if not self._pending:
             return 0
@@ -367,6 +383,7 @@ class LaneView(QFrame):
 
     def update_header(self) -> None:
         self._dirty_header = False
+        self._header_t = time.monotonic()
         a = self.acc
         tps = a.new_tokens / self.t_s if self.t_s > 0 else None
         if self.stats is not None:

@@ -1,6 +1,8 @@
 """The lanes area: the legend over one LaneView per lane, side by side (2×2 for four), as a run sink.
 
-Lane text is rendered from one ~30 Hz timer (:meth:`LanesArea.flush`); a lane's badge ("✓ identical to
+Lane text is rendered from one timer (:meth:`LanesArea.flush`) that runs only while a run is going, at 20 Hz
+(:data:`FRAME_MS`): each tick inserts every lane's new tokens in one batch; the headers' figures change at most
+:data:`HEADER_HZ` times a second (a label's new text lays the lane out again). A lane's badge ("✓ identical to
 baseline") appears as it ends, once the baseline's result is in.
 """
 
@@ -11,11 +13,17 @@ from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBox
 
 from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
 from app.ui.lane_view import LaneView
+from app.ui.sinks import WorkerSilence
 from app.ui.theme import LANE_COLORS, LIGHT, Theme, token_format
 from app.worker.messages import WorkerReady
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["LanesArea", "legend_html"]
+__all__ = ["LanesArea", "legend_html", "FRAME_MS", "HEADER_HZ"]
+
+#: lane text is drawn at most this often while a run is going (20 Hz)
+FRAME_MS = 50
+#: lane headers (tokens/s, α, τ, …) are refreshed at most this often
+HEADER_HZ = 4.0
 
 _ENDED = ("done", "cancelled", "error")
 
@@ -75,9 +83,9 @@ class LanesArea(QWidget):
         lay.addLayout(row)
         lay.addWidget(grid_w, 1)
         self.timer = QTimer(self)
-        self.timer.setInterval(33)  # ~30 Hz: lane text and headers
+        self.timer.setInterval(FRAME_MS)
         self.timer.timeout.connect(self.flush)
-        self.timer.start()
+        self.frames = 0  # ticks that drew something (tests)
         self.set_theme(theme)
 
     # --- lanes ---------------------------------------------------------------------------------------
@@ -101,8 +109,12 @@ class LanesArea(QWidget):
             self.grid.setColumnStretch(c, 1 if c < cols else 0)
 
     def flush(self) -> None:
+        """Draw every lane's pending tokens (and due headers) in one batch."""
+        drew = 0
         for v in self.views:
-            v.flush()
+            drew += v.flush()
+        if drew:
+            self.frames += 1
 
     def _set_hide_rejected(self, hide: bool) -> None:
         for v in self.views:
@@ -131,6 +143,7 @@ class LanesArea(QWidget):
             v.set_setup(spec.setup)
             v.set_state("waiting", "waiting…")
             self.by_id[spec.lane_id] = v
+        self.timer.start()
 
     def on_event(self, ev: object, t_recv: float) -> None:
         lane = ev.lane_id if isinstance(ev, (StepEvent, LaneStarted, RunDone, RunError)) else None
@@ -153,10 +166,15 @@ class LanesArea(QWidget):
                     x.show_error(ev.message)
         elif isinstance(ev, (Progress, WorkerReady)):
             self._waiting("loading…")
+        elif isinstance(ev, WorkerSilence):
+            for x in self.by_id.values():
+                x.set_notice(ev.message if ev.silent_s and x.state not in _ENDED else "")
 
     def finish(self, results: RunResults) -> None:
+        self.timer.stop()
         for v in self.views:
-            v.flush()
+            v.set_notice("")
+            v.flush(header=True)
             if v.state in ("waiting", "running"):
                 v.set_state("cancelled" if results.stopped else "error", "stopped" if results.stopped else "no result")
         self.show_badges()

@@ -2,13 +2,15 @@
 
 python -m app gui [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
                   [--max-new-tokens N] [--mode interleaved|sequential] [--dark]
-                  [--autorun] [--screenshot PATH] [--quit-after-run]
+                  [--autorun] [--screenshot PATH] [--export PATH] [--quit-after-run]
+                  [--size WxH] [--settings PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 __all__ = ["main", "build_parser"]
 
@@ -24,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dark", action="store_true", help="dark palette")
     p.add_argument("--autorun", action="store_true", help="start a run immediately")
     p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when the run ends (or at once without --autorun)")
+    p.add_argument("--export", metavar="PATH",
+                   help="write the run's JSON report (the bench schema + telemetry + gui) to PATH when the run ends")
     p.add_argument("--quit-after-run", action="store_true", help="quit when the run ends (exit code 0 when every lane finished)")
     p.add_argument("--size", default="1560x980", help="window size WxH (default 1560x980)")
     p.add_argument("--settings", metavar="PATH", help="keep settings in this .ini file instead of the user's (automation, tests)")
@@ -51,10 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = QSettings(args.settings, QSettings.Format.IniFormat) if args.settings else None
     win = MainWindow(settings=settings, session=session)
-    if session is None and (args.target or args.setup or args.prompt):
-        session = win.session()
-    if session is not None:
-        s = session
+    overrides = (args.target, args.setup, args.prompt, args.mode, args.max_new_tokens)
+    if any(x is not None for x in overrides):
+        s = session if session is not None else win.session()
         if args.target:
             s = s.with_(target=args.target)
         if args.setup:
@@ -63,9 +66,17 @@ def main(argv: list[str] | None = None) -> int:
             s = s.with_(prompt=args.prompt, prompt_id="custom")
         if args.mode:
             s = s.with_(mode=args.mode)
-        win.apply_session(s)
-    if args.max_new_tokens:
-        win.setup_panel.max_tok_spin.setValue(args.max_new_tokens)
+        if args.max_new_tokens is not None:
+            s = s.with_(sampling=replace(s.sampling, max_new_tokens=args.max_new_tokens))
+        try:
+            win.apply_session(s)  # all or nothing: validated first
+        except SpecDeckError as e:
+            print(f"error: {e}", file=sys.stderr)
+            win.shutdown()
+            import shiboken6
+
+            shiboken6.delete(win)
+            return 2
     if args.dark:
         win.apply_theme(DARK)
     try:
@@ -81,11 +92,19 @@ def main(argv: list[str] | None = None) -> int:
         app.quit()
 
     def after_run(_run_id: str) -> None:
+        if args.export:
+            said = win.status_label.text()
+            try:
+                win.export_json(args.export)
+                win.status.show_message(f"{said} · results written to {args.export}")
+            except OSError as e:
+                print(f"error: could not write {args.export}: {e}", file=sys.stderr)
+                code["rc"] = 2
         if args.screenshot:
             QTimer.singleShot(300, lambda: win.save_window_png(args.screenshot))
         if args.quit_after_run:
             results = win.controller.results
-            code["rc"] = 0 if results is not None and results.all_completed else 1
+            code["rc"] = code["rc"] or (0 if results is not None and results.all_completed else 1)
             QTimer.singleShot(600, quit_app)
 
     win.runEnded.connect(after_run)

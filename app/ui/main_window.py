@@ -39,6 +39,7 @@ from app.core.errors import SpecDeckError
 from app.core.prompts import Prompt
 from app.core.report import build_report
 from app.ui.lanes_area import LanesArea
+from app.ui.load import LoadMeter, load_note
 from app.ui.plots import PlotPanel
 from app.ui.results import ResultsPanel
 from app.ui.run_controller import RunController
@@ -50,17 +51,26 @@ from app.ui.theme import DARK, LIGHT, apply_palette
 from app.worker.client import WorkerClient
 from app.worker.plan import RunPlan
 
-__all__ = ["MainWindow", "MAX_LANES", "engine_statuses"]
+__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan"]
+
+
+def engine_scan():
+    """(statuses, problems): every engine whose manifest loads, and the broken manifests beside them
+    (app.engines.registry.ManifestProblem). Never raises: the GUI must start whatever the manifests hold."""
+    from app.core.errors import EngineError
+    from app.engines.registry import ManifestProblem
+
+    try:
+        from app.engines.status import scan_status
+
+        return scan_status()
+    except Exception as e:
+        return [], [ManifestProblem("engines", Path("engines"), EngineError(f"the engine manifests could not be listed: {e}"))]
 
 
 def engine_statuses():
-    """Every engine's status, or [] when a manifest is broken (the pickers stay free text)."""
-    try:
-        from app.engines.status import all_status
-
-        return all_status()
-    except Exception:  # a broken manifest must not stop the GUI
-        return []
+    """Every engine whose manifest loads (broken manifests are left out; see :func:`engine_scan`)."""
+    return engine_scan()[0]
 
 
 class MainWindow(QMainWindow):
@@ -76,34 +86,53 @@ class MainWindow(QMainWindow):
     runEnded = Signal(str)
 
     def __init__(self, settings: QSettings | None = None, session: Session | None = None, statuses=None, telemetry: bool = True,
-                 client_factory=WorkerClient) -> None:
+                 client_factory=WorkerClient, manifest_problems=None) -> None:
         super().__init__()
         self.setWindowTitle("SpecDeck — speculative decoding, side by side")
         self.settings = settings if settings is not None else QSettings("SpecDeck", "SpecDeck")
-        self.statuses = list(statuses) if statuses is not None else engine_statuses()
-        self.theme = DARK if self.settings.value("ui/dark", False, type=bool) else LIGHT
+        if statuses is not None:
+            self.statuses, self.manifest_problems = list(statuses), list(manifest_problems or ())
+        else:
+            self.statuses, self.manifest_problems = engine_scan()
+        self.startup_notes: list[str] = []  # said in the status bar once the window is built
+        self.theme = DARK if self._setting("ui/dark", False, bool) else LIGHT
         self._run_counter = 0
+        self.run_load: dict = {}  # the last run's CPU use (window, worker, cores) and its note
         self._build_toolbar()
         self._build_dock()
         self._build_centre()
         self.status = RunStatusBar(self.statusBar())
         self._build_menus()
-        self.controller = RunController(self, [self.lanes, self.plots, self.results, self.status], client_factory)
+        self.load_meter = LoadMeter()
+        self.controller = RunController(self, [self.lanes, self.plots, self.results, self.status, self.load_meter], client_factory)
         self.controller.runStarted.connect(self._run_started)
         self.controller.runEnded.connect(self._run_ended)
         self.controller.workerState.connect(self.status.set_worker)
         self.setup_panel.lanesChanged.connect(self._lanes_changed)
 
-        self.apply_session(session if session is not None else self._remembered_session())
+        first = session if session is not None else self._remembered_session()
+        try:
+            self.apply_session(first)
+        except SpecDeckError as e:
+            self.startup_notes.append(f"⚠ the session given could not be shown ({e.message}); started from a preset")
+            self.apply_session(self._default_preset())
         self.apply_theme(self.theme)
-        self.lanes.hide_rejected.setChecked(self.settings.value("ui/hide_rejected", False, type=bool))
-        self.setup_panel.warmup_check.setChecked(self.settings.value("ui/warmup", True, type=bool))
-        geo = self.settings.value("ui/geometry")
+        self.lanes.hide_rejected.setChecked(self._setting("ui/hide_rejected", False, bool))
+        self.setup_panel.warmup_check.setChecked(self._setting("ui/warmup", True, bool))
+        self.live_plots_action.setChecked(self._setting("ui/live_plots", True, bool))
+        geo = self._setting("ui/geometry", None, None)
         if geo is not None:
-            self.restoreGeometry(geo)
+            try:
+                self.restoreGeometry(geo)
+            except (TypeError, ValueError):
+                pass
         self.sampler = None
         if telemetry:
             self._start_telemetry()
+        if self.manifest_problems:
+            self.status.set_engine_problems(self.manifest_problems)
+        if self.startup_notes:
+            self.status.show_message(" · ".join([*self.startup_notes, *([self.status.label.text()] if self.manifest_problems else [])]))
 
     # ================================================================================= UI building
     def _build_toolbar(self) -> None:
@@ -120,7 +149,7 @@ class MainWindow(QMainWindow):
         self.target_combo.setEditable(True)
         self.target_combo.setMinimumContentsLength(26)
         self.target_combo.setToolTip("target model: an engine name or a model folder")
-        fill_engine_combo(self.target_combo, self.statuses, keep="")
+        fill_engine_combo(self.target_combo, self.statuses, keep="", problems=self.manifest_problems)
         self.target_combo.currentTextChanged.connect(self._target_changed)
         self.mode_combo = QComboBox()
         self.mode_combo.addItem("interleaved (race)", "interleaved")
@@ -177,6 +206,12 @@ class MainWindow(QMainWindow):
         self.hide_rejected_action.setCheckable(True)
         self.hide_rejected_action.toggled.connect(self.lanes.hide_rejected.setChecked)
         self.lanes.hide_rejected.toggled.connect(self.hide_rejected_action.setChecked)
+        self.live_plots_action = v.addAction("Live plots during runs")
+        self.live_plots_action.setCheckable(True)
+        self.live_plots_action.setChecked(True)
+        self.live_plots_action.setToolTip("untick to draw the plots once, when the run ends: on a machine with few cores the\n"
+                                          "window's drawing takes CPU from the lanes it measures")
+        self.live_plots_action.toggled.connect(self.plots.set_live)
 
     def _build_dock(self) -> None:
         self.setup_panel = SetupPanel()
@@ -273,6 +308,22 @@ class MainWindow(QMainWindow):
                        chat=p.chat_check.isChecked(), mode=self.mode_combo.currentData(), sampling=p.sampling())
 
     def apply_session(self, s: Session) -> None:
+        """Show session `s`, all or nothing.
+
+        Raises:
+            SpecDeckError: `s` is not a usable session (a type, a range, a setup that does not parse); the window is
+                left as it was.
+        """
+        s = s.validated()
+        before = self.session()
+        try:
+            self._apply_session(s)
+        except Exception:
+            if before.setups:
+                self._apply_session(before)
+            raise
+
+    def _apply_session(self, s: Session) -> None:
         self.target_combo.setEditText(s.target)
         self._target_changed(s.target)
         p = self.setup_panel
@@ -293,21 +344,48 @@ class MainWindow(QMainWindow):
         if name:
             self.apply_preset(name)
 
-    def _remembered_session(self) -> Session:
-        raw = self.settings.value("session/last")
-        if raw:
-            try:
-                return Session.from_json(json.loads(str(raw)))
-            except (SpecDeckError, ValueError):
-                pass
+    def _default_preset(self) -> Session:
         usable = {s.name for s in self.statuses if s.usable}
         return PRESETS[default_preset_name(usable)]
+
+    def _setting(self, key: str, default, typ):
+        """A remembered setting, or `default` when it is missing or unreadable (a hand-edited or damaged file)."""
+        try:
+            v = self.settings.value(key, default, type=typ) if typ is not None else self.settings.value(key, default)
+        except Exception:
+            return default
+        return v if typ is None or isinstance(v, typ) else default
+
+    def _remembered_session(self) -> Session:
+        """The session of the last launch; the default preset when there is none or it cannot be used (then the
+        status bar says why once the window is up)."""
+        try:
+            raw = self.settings.value("session/last")
+        except Exception as e:
+            raw, why = None, f"the settings file could not be read ({e})"
+        else:
+            why = ""
+        if raw:
+            try:
+                if not isinstance(raw, str):
+                    raise SpecDeckError(f"not a SpecDeck session (text was expected, got {type(raw).__name__})")
+                return Session.from_json(json.loads(raw))
+            except SpecDeckError as e:
+                why = e.message
+            except (ValueError, RecursionError) as e:  # not JSON
+                why = f"not JSON ({e})"
+        name = default_preset_name({s.name for s in self.statuses if s.usable})
+        if why:
+            where = self.settings.fileName()
+            self.startup_notes.append(f"⚠ the remembered session in {where} was unreadable ({why}); started from the preset “{name}”")
+        return PRESETS[name]
 
     def save_settings(self) -> None:
         self.settings.setValue("session/last", json.dumps(self.session().to_json()))
         self.settings.setValue("ui/dark", self.theme.dark)
         self.settings.setValue("ui/hide_rejected", self.lanes.hide_rejected.isChecked())
         self.settings.setValue("ui/warmup", self.setup_panel.warmup_check.isChecked())
+        self.settings.setValue("ui/live_plots", self.live_plots_action.isChecked())
         self.settings.setValue("ui/geometry", self.saveGeometry())
         self.settings.sync()
 
@@ -387,10 +465,22 @@ class MainWindow(QMainWindow):
 
     def _run_ended(self, run_id: str) -> None:
         self._set_running_ui(False)
+        self._measure_load()
         r = self.controller.results
         if r is not None and not r.stopped and r.by_lane():
             self.tabs.setCurrentWidget(self.results)
         self.runEnded.emit(run_id)
+
+    def _measure_load(self) -> None:
+        """The window's and the worker's CPU while the lanes ran; a note in the results and the status bar when the
+        window's share may have slowed the lanes (few cores)."""
+        samples = self.sampler.samples() if self.sampler is not None else []
+        load = self.load_meter.measure(samples)
+        note = load_note(load["gui_cpu_pct"], load["cores"]) if load.get("gui_cpu_pct") is not None else ""
+        self.run_load = {**load, "note": note} if load else {}
+        self.results.set_load_note(("⚠ " + note) if note else "")
+        if note:
+            self.status.show_message(f"{self.status.label.text()} · ⚠ the window used {load['gui_cpu_pct']:.0f}% of a core (see Results)")
 
     def _start_telemetry(self) -> None:
         try:
@@ -406,7 +496,8 @@ class MainWindow(QMainWindow):
             return d
 
         try:
-            self.sampler = TelemetrySampler(rate_hz=10.0, pids=pids, on_sample=self.plots.add_sample)
+            # 5 Hz: the plot shows CPU over half-second windows, and each sample is work taken from the lanes
+            self.sampler = TelemetrySampler(rate_hz=5.0, pids=pids, on_sample=self.plots.add_sample)
             self.plots.set_gpu_state(self.sampler.gpu_state)
             self.sampler.start()
         except Exception as e:
@@ -425,6 +516,8 @@ class MainWindow(QMainWindow):
             "warmup_tokens": plan.warmup_tokens if plan else 0,
             "lanes": [{"lane": s.lane_id, "setup": s.setup, "error": r.lane_error(s.lane_id) if r else None} for s in (plan.lanes if plan else ())],
             "worker": self.controller.worker_info,
+            "load": self.run_load,
+            "live_plots": self.live_plots_action.isChecked(),
         }
         extra = {"telemetry": self.sampler.to_json() if self.sampler is not None else [], "gui": gui}
         if r is None:

@@ -1,7 +1,15 @@
 """Live plots (pyqtgraph): tokens/s and acceptance rate per lane, per-position acceptance, GPU or CPU use.
 
 Data arrives into preallocated ring buffers (StepEvents on the GUI thread, telemetry samples from the
-sampler's thread through a deque); a ~25 Hz timer redraws what changed with one ``setData`` per series.
+sampler's thread through a deque). Each step's smoothed tokens/s and rolling α are computed when it arrives
+(O(log n), nothing per frame that grows with the history), and a timer redraws what changed with one
+``setData`` per series: at most 5 Hz while a run is going, and less on a slow machine (a frame may take
+:data:`FRAME_BUDGET` of a core), per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz between runs; never while
+the panel is hidden or live plots are off (:meth:`PlotPanel.set_live`; the run's end draws everything once).
+The window shares a few-core machine with the lanes it measures, so drawing is kept cheap: axes are cached as
+pixmaps (a plot's grid lines make its axis repaint whenever a curve changes otherwise), and ranges grow in
+steps (1, 1.5, 2, 3, 5, 7.5 × 10^k) instead of auto-ranging on every point, so axes are laid out again a few
+times per run, not on every frame.
 Time plots share one x axis: seconds since Run was clicked (monotonic clock), with the start marked and the
 phases before the first recorded lane shaded ("loading engines" until the first lane starts, then "warm-up"),
 so engine loading never reads as a slow run. A run sink (app.ui.sinks).
@@ -17,16 +25,41 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, StepEvent
 from app.core.metrics import LaneAccumulator
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["Ring", "PlotPanel", "Phase"]
+__all__ = ["Ring", "PlotPanel", "Phase", "nice_ceiling", "RUN_INTERVAL_MS", "IDLE_INTERVAL_MS", "TELEMETRY_INTERVAL_S",
+           "BARS_INTERVAL_S", "FRAME_BUDGET"]
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
+
+#: redraw period while a run is going (5 Hz: at 10 Hz the plots alone took ~6 % of a core from a 2-core
+#: machine's lanes) and between runs
+RUN_INTERVAL_MS = 200
+IDLE_INTERVAL_MS = 1000
+#: telemetry curves and per-position bars (slow-moving figures) are redrawn at most this often during a run
+TELEMETRY_INTERVAL_S = 0.5
+BARS_INTERVAL_S = 1.0
+#: during a run the plots draw no more often than their measured cost per frame allows within this share of one
+#: core (a 10 ms frame: at most 3 frames a second)
+FRAME_BUDGET = 0.03
+_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5)
+
+
+def nice_ceiling(x: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 5, 7.5 × 10^k that is ≥ `x` (x > 0), for ranges that grow in steps."""
+    if not x > 0 or not math.isfinite(x):
+        return 1.0
+    e = math.floor(math.log10(x))
+    for m in (*_STEPS, 10.0):
+        v = m * 10.0**e
+        if v >= x * (1 - 1e-12):
+            return v
+    return 10.0 ** (e + 1)
 
 
 class Ring:
@@ -59,8 +92,8 @@ class Ring:
         return self.n
 
 
-# lane ring columns
-_T, _TS, _TOK, _ACC, _DR = range(5)
+# lane ring columns: receipt time (s since Run), lane clock, tokens, accepted, drafted, smoothed tok/s, rolling α
+_T, _TS, _TOK, _ACC, _DR, _RATE, _ALPHA = range(7)
 
 
 class _Lane:
@@ -68,9 +101,11 @@ class _Lane:
         self.lane_id = lane_id
         self.label = label
         self.color = color
-        self.ring = Ring(capacity, 5)
+        self.ring = Ring(capacity, 7)
         self.acc = LaneAccumulator()  # the same counts the lane header and the final stats use
         self.dirty = True
+        self.bars_dirty = False
+        self.rate_max = 0.0  # highest smoothed tokens/s so far (the y range grows to it)
         self.tps_curve = None
         self.alpha_curve = None
         self.bars = None
@@ -109,14 +144,14 @@ class Phase:
 
 
 class _TimedLayout(pg.GraphicsLayoutWidget):
-    """Remembers how long its last paint took (the redraw timer backs off when painting is slow)."""
+    """Remembers how much CPU its last paint took (the redraw timer backs off when painting is slow)."""
 
     last_paint_s = 0.0
 
     def paintEvent(self, ev) -> None:
-        t = time.perf_counter()
+        t = time.thread_time()
         super().paintEvent(ev)
-        self.last_paint_s = time.perf_counter() - t
+        self.last_paint_s = time.thread_time() - t
 
 
 class PlotPanel(QWidget):
@@ -126,11 +161,12 @@ class PlotPanel(QWidget):
         capacity: points kept per lane series and for telemetry (older halves are dropped beyond it).
         window_s: smoothing window of tokens/s, lane-clock seconds.
         alpha_window: steps in the rolling acceptance-rate window.
-        interval_ms: redraw period.
+        interval_ms: redraw period during a run (default :data:`RUN_INTERVAL_MS`).
     """
 
     def __init__(
-        self, theme: Theme = LIGHT, capacity: int = 4096, window_s: float = 1.5, alpha_window: int = 8, interval_ms: int = 40, parent=None
+        self, theme: Theme = LIGHT, capacity: int = 4096, window_s: float = 1.5, alpha_window: int = 8, interval_ms: int | None = None,
+        parent=None,
     ) -> None:
         super().__init__(parent)
         self.theme = theme
@@ -146,7 +182,15 @@ class PlotPanel(QWidget):
         self.gpu_state = "telemetry starting…"
         self.gpu_mode: bool | None = None
         self.redraws = 0
+        self.live = True  # redraw during runs (False: once, at the run's end)
+        self.running = False
+        self.interval_ms = RUN_INTERVAL_MS if interval_ms is None else interval_ms
+        self._manual: set = set()  # view boxes the user panned or zoomed: their ranges are left alone until the next run
+        self._ranges: dict = {}  # (view box, axis) → range last set
         self._last_redraw = 0.0
+        self.frame_s = 0.0  # CPU of the last redraw's setData calls (its painting is glw.last_paint_s)
+        self._last_tele_draw = 0.0
+        self._last_bars_draw = 0.0
         self._last_phase_tick = 0.0
         self.setdata_calls = 0
         self._series: dict[str, tuple[np.ndarray, np.ndarray, str, str]] = {}  # name → (x, y, color, unit)
@@ -161,7 +205,7 @@ class PlotPanel(QWidget):
         self.set_theme(theme)
         self._setup_sys_curves(gpu=False)
         self.timer = QTimer(self)
-        self.timer.setInterval(interval_ms)
+        self.timer.setInterval(IDLE_INTERVAL_MS)
         self.timer.timeout.connect(self.redraw)
         self.timer.start()
 
@@ -185,6 +229,13 @@ class PlotPanel(QWidget):
         for p in (self.p_tps, self.p_alpha, self.p_pos, self.p_sys):
             for ax in ("left", "right"):  # "tok/s (x0.001)" with values 200-800 reads as a fast lane
                 p.getAxis(ax).enableAutoSIPrefix(False)
+            for ax in ("left", "bottom", "right"):
+                # with grid lines an axis spans its whole plot, so any curve update would replay its QPicture
+                # (ticks, text, grid: ~7 ms each); cached as a pixmap it is redrawn only when its range changes
+                p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            p.titleLabel.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            p.vb.sigRangeChangedManually.connect(lambda *_a, vb=p.vb: self._manual.add(vb))
+        self.p_tps.setXRange(-1.0, 5.0, padding=0)  # before any run: the first seconds of one, not ±0.5 s in ms
         self.p_tps.setLabel("left", "tok/s")
         self.p_alpha.setLabel("left", "α")
         self.p_alpha.setYRange(0, 1.02, padding=0)
@@ -194,6 +245,7 @@ class PlotPanel(QWidget):
         self.p_pos.setYRange(0, 1.02, padding=0)
         self.p_pos.enableAutoRange(axis="y", enable=False)
         self.p_tps.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.p_tps.legend.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
         # run-start markers and crosshair lines
         self.start_lines = []
@@ -219,6 +271,7 @@ class PlotPanel(QWidget):
         self.sys_vb2.setXLink(self.p_sys)
         self.p_sys.vb.sigResized.connect(self._sync_sys_views)
         self.sys_legend = self.p_sys.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.sys_legend.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self._sys_curves: dict[str, pg.PlotDataItem] = {}
 
     def _sync_sys_views(self) -> None:
@@ -284,6 +337,8 @@ class PlotPanel(QWidget):
             lanes.append((spec.lane_id, spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
         self.reset(lanes, time.monotonic() if t0 is None else t0)
         self.phases.append(Phase("loading engines", 0.0, self.time_plots, self._phase_color("loading engines")))
+        self.running = True
+        self.timer.setInterval(self.interval_ms)
 
     def on_event(self, ev: object, t_recv: float) -> None:
         if isinstance(ev, StepEvent):
@@ -305,10 +360,18 @@ class PlotPanel(QWidget):
             cur.extend(t, close=True)
 
     def finish(self, results: RunResults | None = None) -> None:
+        self.running = False
+        self.timer.setInterval(IDLE_INTERVAL_MS)
         if self.t0 is not None:
             for ph in self.phases:
                 ph.extend(time.monotonic() - self.t0, close=True)
         self.redraw(force=True)
+
+    def set_live(self, live: bool) -> None:
+        """Draw during runs (True), or only when a run ends (False: the least CPU taken from the lanes)."""
+        self.live = bool(live)
+        if self.live:
+            self.redraw(force=True)
 
     def _phase_color(self, label: str) -> QColor:
         c = QColor(self.theme.muted)
@@ -347,9 +410,9 @@ class PlotPanel(QWidget):
         for row in keep:
             self.tele.append(row)
         self._tele_dirty = True
-        self.p_tps.enableAutoRange()
-        self.p_tps.setXRange(-1.0, 5.0)
-        self.p_tps.enableAutoRange(axis="x", enable=True)
+        self._manual.clear()
+        self._ranges.clear()
+        self._set_range(self.p_tps.vb, "x", -1.0, 5.0)
 
     def add_step(self, ev: StepEvent, t_recv: float) -> None:
         """GUI thread: fold one step of a recorded lane in (warm-up lanes have no series)."""
@@ -358,8 +421,32 @@ class PlotPanel(QWidget):
             return
         a = ln.acc
         a.add(ev)
-        ln.ring.append((t_recv - self.t0, ev.t_s, a.new_tokens, a.accepted, a.drafted))
+        rate, alpha = self._rolling(ln, ev.t_s, a.new_tokens, a.accepted, a.drafted)
+        if rate > ln.rate_max:
+            ln.rate_max = rate
+        ln.ring.append((t_recv - self.t0, ev.t_s, a.new_tokens, a.accepted, a.drafted, rate, alpha))
         ln.dirty = True
+
+    def _rolling(self, ln: _Lane, ts: float, tok: int, acc: int, dr: int) -> tuple[float, float]:
+        """Smoothed tokens/s (over `window_s` of lane clock) and rolling α (over `alpha_window` steps) of a step
+        about to be appended: a binary search and a lookup, whatever the history's length."""
+        v = ln.ring.view()
+        n = len(v)
+        rate = math.nan
+        if n:
+            j = int(np.searchsorted(v[:, _TS], ts - self.window_s, side="left"))
+            if j < n:
+                dt = ts - v[j, _TS]
+                rate = (tok - v[j, _TOK]) / dt if dt > 1e-9 else math.nan
+        if math.isnan(rate) and ts > 0:
+            rate = tok / ts
+        if n:
+            b = v[max(0, n - self.alpha_window)]
+            da, dd = acc - b[_ACC], dr - b[_DR]
+        else:
+            da, dd = acc, dr
+        alpha = da / dd if dd > 0 else math.nan
+        return rate, alpha
 
     def add_sample(self, sample) -> None:
         """Any thread (the sampler's on_sample): queue a TelemetrySample for the next redraw."""
@@ -407,60 +494,60 @@ class PlotPanel(QWidget):
         self._series[name] = (x, y, color, unit)
 
     def redraw(self, force: bool = False) -> None:
-        """Timer tick: one setData per changed series.
+        """Timer tick: one setData per changed series, and ranges grown in steps where the data left them.
 
-        Skipped while the panel is hidden, and backed off so painting takes at most ~1/3 of the GUI
-        thread (a slow machine draws less often instead of stalling); data waits in the rings.
+        Skipped while the panel is hidden or live plots are off during a run, and backed off during a run so that
+        a frame (setData and painting) takes at most :data:`FRAME_BUDGET` of a core: a slow machine draws less
+        often instead of taking CPU from the lanes; data waits in the rings. `force` draws now whatever the state
+        (the run's end, exports).
         """
         self._drain_telemetry()
         if self.t0 is None:
             return
         now = time.monotonic()
         if not force:
-            if not self.isVisible():
+            if not self.isVisible() or (self.running and not self.live):
                 return
-            if now - self._last_redraw < 3.0 * self.glw.last_paint_s:
+            cost = self.frame_s + self.glw.last_paint_s
+            if now - self._last_redraw < cost / (FRAME_BUDGET if self.running else 0.2):
                 return
             lanes_dirty = any(ln.dirty for ln in self.lanes.values())
-            if not lanes_dirty and now - self._last_redraw < 0.25:
-                return  # telemetry alone redraws at ≤ 4 Hz
+            tele_due = self._tele_dirty and now - self._last_tele_draw >= TELEMETRY_INTERVAL_S
+            if not lanes_dirty and not tele_due:
+                return
         self._last_redraw = now
+        c0 = time.thread_time()
         if now - self._last_phase_tick >= 0.5:  # an open phase grows in half-second steps (each one repaints)
             self._last_phase_tick = now
             for ph in self.phases:
                 ph.extend(now - self.t0)
+        t_max = max((ph.end if ph.end is not None else now - self.t0) for ph in self.phases) if self.phases else 0.0
+        y_tps = 0.0
+        k_max = 0
+        bars_due = force or not self.running or now - self._last_bars_draw >= BARS_INTERVAL_S
+        if bars_due:
+            self._last_bars_draw = now
         for i, ln in enumerate(self.lanes.values()):
-            if not ln.dirty:
-                continue
-            ln.dirty = False
             v = ln.ring.view()
-            x = v[:, _T]
-            ts = v[:, _TS]
-            tok = v[:, _TOK]
-            idx = np.arange(len(v))
-            j = np.searchsorted(ts, ts - self.window_s, side="left")
-            j = np.minimum(j, idx)
-            dt = ts - ts[j]
-            dtok = tok - tok[j]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rate = np.where(dt > 1e-9, dtok / dt, np.where(ts > 0, tok / ts, np.nan))
-            self._set(ln.tps_curve, f"{i + 1}: {ln.label} tok/s", x, rate, ln.color, "tok/s")
-            ja = np.maximum(idx - self.alpha_window, 0)
-            acc = v[:, _ACC]
-            dr = v[:, _DR]
-            # α over the window; the first point uses everything so far
-            da = np.where(idx > 0, acc - acc[ja], acc)
-            dd = np.where(idx > 0, dr - dr[ja], dr)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                alpha = np.where(dd > 0, da / dd, np.nan)
-            self._set(ln.alpha_curve, f"{i + 1}: {ln.label} α", x, alpha, ln.color, "")
-            if ln.acc.per_position_drafted:
+            if len(v):
+                t_max = max(t_max, float(v[-1, _T]))
+            y_tps = max(y_tps, ln.rate_max)
+            k_max = max(k_max, len(ln.acc.per_position_drafted))
+            if ln.dirty:
+                ln.dirty = False
+                ln.bars_dirty = True
+                x = v[:, _T]
+                self._set(ln.tps_curve, f"{i + 1}: {ln.label} tok/s", x, v[:, _RATE], ln.color, "tok/s")
+                self._set(ln.alpha_curve, f"{i + 1}: {ln.label} α", x, v[:, _ALPHA], ln.color, "")
+            if bars_due and ln.bars_dirty and ln.acc.per_position_drafted:
+                ln.bars_dirty = False
                 pos = np.arange(1, len(ln.acc.per_position_drafted) + 1, dtype=float)
                 h = np.array(ln.acc.per_position_accepted, dtype=float) / np.maximum(np.array(ln.acc.per_position_drafted, dtype=float), 1.0)
                 ln.bars.setOpts(x=pos + ln.bar_offset, height=h)
                 self.setdata_calls += 1
-        if self._tele_dirty:
+        if self._tele_dirty and (force or now - self._last_tele_draw >= TELEMETRY_INTERVAL_S or not self.running):
             self._tele_dirty = False
+            self._last_tele_draw = now
             v = self.tele.view()
             x = v[:, 0] - self.t0
             names = list(self._sys_curves)
@@ -468,8 +555,37 @@ class PlotPanel(QWidget):
             for name, col in zip(names, cols, strict=False):
                 c = self._sys_curves[name]
                 self._set(c, name, x, v[:, col], pg.mkPen(c.opts["pen"]).color().name(), "MiB" if "MiB" in name else "%")
-            self._sync_sys_views()
+            self._sys_ranges(v)
+        self._set_range(self.p_tps.vb, "x", -1.0, nice_ceiling(max(5.0, t_max * 1.05)))
+        self._set_range(self.p_tps.vb, "y", 0.0, nice_ceiling(max(y_tps * 1.05, 1e-3)) if y_tps > 0 else 1.0)
+        if k_max:
+            self._set_range(self.p_pos.vb, "x", 0.4, k_max + 0.6)
         self.redraws += 1
+        self.frame_s = time.thread_time() - c0
+
+    def _sys_ranges(self, v: np.ndarray) -> None:
+        """Grow the system plot's two y axes (percent left, MiB right) in steps."""
+        left = (1,) if self.gpu_mode else (1, 3)
+        right = (2, 5) if self.gpu_mode else (2, 4)
+
+        def top(cols) -> float:
+            vals = v[:, list(cols)] if len(v) else np.empty((0, 0))
+            finite = vals[np.isfinite(vals)]
+            return float(finite.max()) if finite.size else 0.0
+
+        self._set_range(self.p_sys.vb, "y", 0.0, nice_ceiling(max(top(left) * 1.05, 10.0)))
+        self._set_range(self.sys_vb2, "y", 0.0, nice_ceiling(max(top(right) * 1.05, 1.0)))
+
+    def _set_range(self, vb, axis: str, lo: float, hi: float) -> None:
+        """Set a view box's range when it differs from the one set last (and the user has not moved it): axes are
+        laid out again only when a range grows, not on every frame as auto-range would."""
+        if vb in self._manual or self._ranges.get((vb, axis)) == (lo, hi):
+            return
+        self._ranges[(vb, axis)] = (lo, hi)
+        if axis == "x":
+            vb.setXRange(lo, hi, padding=0)
+        else:
+            vb.setYRange(lo, hi, padding=0)
 
     # --- crosshair -------------------------------------------------------------------------------
     def _mouse_moved(self, args) -> None:

@@ -27,14 +27,37 @@ COLUMNS = ("lane", "setup", "tokens/s", "speedup", "α", "τ", "TTFT s", "theor.
 
 
 class ResultRow:
-    """One lane's row: display strings and the numbers they sort by."""
+    """One lane's row: display strings and the numbers they sort by.
 
-    def __init__(self, lane: str, color: str, stats: LaneStats, theo: float | None, note: str = "") -> None:
+    `base_stall_s` is the stall in the baseline lane this row's speedup is measured against: a stall in either
+    clock makes the speedup untrustworthy, marked "!" with a tooltip (as the CLI's table does).
+    """
+
+    def __init__(self, lane: str, color: str, stats: LaneStats, theo: float | None, note: str = "", base_stall_s: float = 0.0) -> None:
         self.lane = lane
         self.color = color
         self.stats = stats
         self.theo = theo
         self.note = note
+        self.base_stall_s = base_stall_s
+
+    @property
+    def stalled(self) -> bool:
+        """This lane's clock, or its baseline's, includes a stall."""
+        return self.stats.stall_s > 0 or (self.stats.speedup is not None and self.base_stall_s > 0)
+
+    def stall_tip(self) -> str:
+        """Why the row is marked "!" ("" when it is not)."""
+        s = self.stats
+        parts = []
+        if s.stall_s > 0:
+            parts.append(f"{s.stall_s:.1f} s of this lane's {s.wall_s:.1f} s were a stall")
+        if s.speedup is not None and self.base_stall_s > 0 and s.setup != "baseline":
+            parts.append(f"the baseline's clock includes a {self.base_stall_s:.1f} s stall")
+        if not parts:
+            return ""
+        return ("; ".join(parts) + " (the worker was stopped or starved of CPU): this speedup is not trustworthy; "
+                "rerun on a quiet machine")
 
     def values(self) -> list[tuple[str, float | str | None]]:
         s = self.stats
@@ -54,7 +77,7 @@ class ResultRow:
             (self.lane, self.lane),
             (s.setup, s.setup),
             f(s.tokens_per_s, ".2f"),
-            (f"{s.speedup:.2f}×", s.speedup) if s.speedup is not None else ("—", None),
+            (f"{s.speedup:.2f}×" + ("!" if self.stalled else ""), s.speedup) if s.speedup is not None else ("!" if self.stalled else "—", None),
             f(s.acceptance_rate, ".3f"),
             f(s.mean_accepted_len, ".2f"),
             f(s.ttft_s, ".3f"),
@@ -86,7 +109,9 @@ def result_rows(lanes: list[tuple[str, str, LaneStats]]) -> list[ResultRow]:
     """Rows for (lane label, colour, stats) of finished lanes, with baseline comparisons filled in."""
     stats = attach_baseline([s for _, _, s in lanes])
     theo = {x.setup: x.theoretical_speedup for x in summarize(stats)}
-    return [ResultRow(label, color, s, theo.get(s.setup)) for (label, color, _), s in zip(lanes, stats, strict=False)]
+    base_stall = {(s.prompt_id, s.repeat): s.stall_s for s in stats if s.setup == "baseline"}
+    return [ResultRow(label, color, s, theo.get(s.setup), base_stall_s=base_stall.get((s.prompt_id, s.repeat), 0.0))
+            for (label, color, _), s in zip(lanes, stats, strict=False)]
 
 
 class _Item(QTableWidgetItem):
@@ -116,6 +141,7 @@ class ResultsPanel(QWidget):
         self.rows: list[ResultRow] = []
         self._notes: dict[str, str] = {}
         self.winner: ResultRow | None = None
+        self.load_note = ""  # "the window used X % of a core during the run…" (set by the window at the end)
         self.plan: RunPlan | None = None
         self.results: RunResults | None = None
         self.summary = QLabel("Run a comparison to see results here.")
@@ -148,9 +174,16 @@ class ResultsPanel(QWidget):
         lay.addWidget(self.summary)
         lay.addWidget(self.table, 1)
 
+    def set_load_note(self, text: str) -> None:
+        """A line under the summary about the run's conditions (the window's own CPU use); "" removes it."""
+        self.load_note = text
+        if self.rows or self.results is not None:
+            self.summary.setText(self._summary_text(self._notes))
+
     def clear(self) -> None:
         self.rows = []
         self.winner = None
+        self.load_note = ""
         self.table.setRowCount(0)
         self.summary.setText("Running…")
 
@@ -205,6 +238,10 @@ class ResultsPanel(QWidget):
                     if j > 0:
                         it.setForeground(QBrush(QColor(self.theme.text)))
                     it.setFont(bold)
+                if r.stalled and COLUMNS[j] in ("speedup", "tokens/s"):
+                    it.setToolTip(r.stall_tip())
+                    if COLUMNS[j] == "speedup":
+                        it.setForeground(QBrush(QColor(self.theme.correction)))
                 self.table.setItem(i, j, it)
         self.table.setSortingEnabled(True)
         self.table.sortItems(2, Qt.SortOrder.DescendingOrder)
@@ -214,6 +251,13 @@ class ResultsPanel(QWidget):
         t = self.theme
         w = self.winner
         extra = "".join(f"<br><span style='color:{t.rejected}'>{k}: {v}</span>" for k, v in notes.items())
+        stalled = [r for r in self.rows if r.stats.stall_s > 0]
+        if stalled:
+            names = ", ".join(f"{r.lane} ({r.stats.stall_s:.1f} s)" for r in stalled)
+            extra += (f"<br><span style='color:{t.correction}'>! stalled lane clocks: {names}: the worker was stopped or "
+                      "starved of CPU, so speedups marked ! are not trustworthy; rerun on a quiet machine</span>")
+        if self.load_note:
+            extra += f"<br><span style='color:{t.correction}'>{self.load_note}</span>"
         r = self.results
         if r is not None and r.t_end is None:
             head = f"Running… {r.finished} of {r.total} lanes finished"
@@ -266,6 +310,7 @@ class ResultsPanel(QWidget):
                     "wall_s",
                     "identical_to_baseline",
                     "first_divergence",
+                    "stall_s",
                 ]
             )
             for r in self.rows:
@@ -286,6 +331,7 @@ class ResultsPanel(QWidget):
                         _n(s.wall_s),
                         "" if s.identical_to_baseline is None else s.identical_to_baseline,
                         "" if s.first_divergence is None else s.first_divergence,
+                        _n(s.stall_s),
                     ]
                 )
 

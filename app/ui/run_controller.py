@@ -4,22 +4,30 @@ and fans every event out to the run sinks (lane views, plots, results, status ba
     ctl = RunController(sinks=[lanes, plots, results, status])
     ctl.start(RunPlan(target, setups, prompts, sampling, warmup_tokens=4))   # warm-up, then the recorded run
     ctl.stop()                                                               # both runs cancelled
+
+While a run is going, the worker sends at least a Heartbeat every second (from a thread of its own, even during a
+long forward or load). When nothing at all arrives for :data:`SILENT_S` seconds, the controller tells the sinks
+(a :class:`WorkerSilence` event) and :meth:`RunController.stop` kills the worker instead of asking it to cancel.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.events import RunError
 from app.ui.bridge import WorkerBridge
-from app.ui.sinks import RunSink
+from app.ui.sinks import RunSink, WorkerSilence
 from app.worker.client import WorkerClient
-from app.worker.messages import RunFinished, WorkerDied, WorkerReady
+from app.worker.messages import Heartbeat, RunFinished, WorkerDied, WorkerReady
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["RunController"]
+__all__ = ["RunController", "WorkerSilence", "SILENT_S"]
+
+#: seconds without any event from a running worker (heartbeats included) before it is called silent
+SILENT_S = 20.0
 
 
 class RunController(QObject):
@@ -38,7 +46,8 @@ class RunController(QObject):
     runEnded = Signal(str)
     workerState = Signal(str, str)
 
-    def __init__(self, parent: QObject | None = None, sinks: Iterable[RunSink] = (), client_factory=WorkerClient) -> None:
+    def __init__(self, parent: QObject | None = None, sinks: Iterable[RunSink] = (), client_factory=WorkerClient,
+                 silent_s: float = SILENT_S) -> None:
         super().__init__(parent)
         self.bridge = WorkerBridge(self, client_factory=client_factory)
         self.sinks: list[RunSink] = list(sinks)
@@ -46,6 +55,14 @@ class RunController(QObject):
         self.results: RunResults | None = None
         self.running = False
         self.worker_info = ""
+        self.silent_s = silent_s
+        self.last_heard = time.monotonic()  # last event from the worker (or the run's start / the worker's readiness)
+        self.silent = False  # a WorkerSilence notice is out
+        self._killing = False  # Stop killed a silent worker; its WorkerDied ends the run
+        self._killed_after = 0.0  # how long it had been silent then
+        self.watchdog = QTimer(self)
+        self.watchdog.setInterval(1000)
+        self.watchdog.timeout.connect(self._check_silence)
         self.bridge.event.connect(self._on_event)
         self.bridge.state.connect(self._on_state)
 
@@ -59,6 +76,9 @@ class RunController(QObject):
             return None
         self.plan, self.results = plan, RunResults(plan)
         self.running = True
+        self.silent = self._killing = False
+        self.last_heard = time.monotonic()
+        self.watchdog.start(int(1000 * min(1.0, self.silent_s / 4)))
         for s in self.sinks:
             s.start_run(plan, self.results)
         warm = plan.warmup_command()
@@ -69,29 +89,68 @@ class RunController(QObject):
         return plan.run_id
 
     def stop(self) -> None:
-        """Cancel the current run and its warm-up (lanes stop within one step)."""
+        """Cancel the current run and its warm-up (lanes stop within one step); a silent worker (see
+        :class:`WorkerSilence`) is killed instead, and the run ends when its death is seen."""
         if not self.running or self.plan is None:
+            return
+        if self.silent and self.bridge.alive:
+            self._killing = True
+            self._killed_after = time.monotonic() - self.last_heard
+            self.bridge.kill()
+            QTimer.singleShot(5000, self._killed_without_news)
             return
         self.bridge.cancel(self.plan.warmup_run_id)
         self.bridge.cancel(self.plan.run_id)
 
+    def _killed_without_news(self) -> None:
+        """The killed worker's death was not reported within 5 s: end the run anyway."""
+        if self.running and self._killing:
+            self._deliver(RunError(None, self._killed_message(), kind="WorkerDiedError"), time.monotonic())
+            self._finish(stopped=True)
+
+    def _killed_message(self) -> str:
+        return (f"the worker did not answer for {self._killed_after:.0f} s and Stop killed it. "
+                "Results received so far are kept; press Run to restart the worker.")
+
+    # --- silence -----------------------------------------------------------------------------------
+    def _check_silence(self) -> None:
+        """Watchdog tick (1 s): a worker that is up but has sent nothing for `silent_s` is reported once."""
+        if not self.running:
+            self.watchdog.stop()
+            return
+        if not self.bridge.alive or self.bridge.starting:
+            self.last_heard = time.monotonic()  # starting (the client's own time-out applies) or dead (reported)
+            return
+        quiet = time.monotonic() - self.last_heard
+        if quiet >= self.silent_s and not self.silent:
+            self.silent = True
+            self._deliver(WorkerSilence(quiet), time.monotonic())
+
     # --- events ------------------------------------------------------------------------------------
     def _on_state(self, state: str) -> None:
+        self.last_heard = time.monotonic()
         if state == "starting":
             self.workerState.emit("starting", "worker: starting…")
         elif state == "dead":
             self.workerState.emit("dead", "worker: stopped (Run restarts it)")
 
     def _on_event(self, ev: object, t: float) -> None:
+        self.last_heard = time.monotonic()
+        if self.silent and self.running and not self._killing:
+            self.silent = False
+            self._deliver(WorkerSilence(0.0), t)
+        if isinstance(ev, Heartbeat):
+            return  # liveness only: the sinks need not see one a second
         if isinstance(ev, WorkerReady):
             self.worker_info = f"worker pid {ev.pid} · {ev.device_info} · torch {ev.torch_version} · ready in {ev.startup_s:.1f} s"
             self.workerState.emit("ready", self.worker_info)
         elif isinstance(ev, WorkerDied):
             self.workerState.emit("died", "worker: died (Run restarts it)")
             if self.running:
-                msg = f"{ev.message}. Results received so far are kept; press Run to restart the worker."
+                killed = self._killing
+                msg = self._killed_message() if killed else f"{ev.message}. Results received so far are kept; press Run to restart the worker."
                 self._deliver(RunError(None, msg, kind="WorkerDiedError"), t)
-                self._finish(stopped=False)
+                self._finish(stopped=killed)
             return
         elif isinstance(ev, RunFinished):
             if self.running and self.plan is not None and ev.run_id == self.plan.run_id:
@@ -109,6 +168,8 @@ class RunController(QObject):
     def _finish(self, stopped: bool) -> None:
         assert self.results is not None and self.plan is not None
         self.running = False
+        self.watchdog.stop()
+        self.silent = self._killing = False
         self.results.mark_finished(stopped)
         for s in self.sinks:
             s.finish(self.results)

@@ -6,15 +6,62 @@ Plain data, no Qt: saved as JSON ("Save session…") and remembered between laun
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from app.core.errors import SpecDeckError
-from app.core.setups import Sampling
+from app.core.setups import Sampling, parse_setup
 
-__all__ = ["Session", "PRESETS", "QWEN_PRESET", "SMOL_PRESET", "default_preset_name", "preset", "SESSION_VERSION"]
+__all__ = [
+    "Session",
+    "PRESETS",
+    "QWEN_PRESET",
+    "SMOL_PRESET",
+    "default_preset_name",
+    "preset",
+    "SESSION_VERSION",
+    "SAMPLING_RANGES",
+    "MAX_SETUPS",
+    "MODES",
+]
 
 SESSION_VERSION = 1
+MAX_SETUPS = 4
+MODES = ("interleaved", "sequential")
+
+#: (lowest, highest) of each sampling field: the window's spin boxes take these ranges, and a session outside
+#: them is refused on load (an int field takes whole numbers only)
+SAMPLING_RANGES: dict[str, tuple[float, float] | tuple[int, int]] = {
+    "temperature": (0.0, 5.0),
+    "top_p": (0.01, 1.0),
+    "top_k": (0, 100_000),
+    "seed": (0, 2**31 - 1),
+    "max_new_tokens": (1, 100_000),
+}
+
+
+def _show(v) -> str:
+    """A value as the message shows it (long text cut)."""
+    r = repr(v) if not isinstance(v, float) else format(v, "g")
+    return r if len(r) <= 60 else r[:57] + "…"
+
+
+def _check_number(name: str, v, lo, hi):
+    """`v` as the field's type when it is a number in [lo, hi] (an int field takes a whole float such as 64.0).
+
+    Raises:
+        ValueError: naming the field, its range and the value.
+    """
+    integer = isinstance(lo, int)
+    what = f"{name} must be {'a whole number' if integer else 'a number'} from {lo:g} to {hi:g}, got {_show(v)}"
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(what)
+    if isinstance(v, float) and (not math.isfinite(v) or (integer and not v.is_integer())):
+        raise ValueError(what)
+    if not lo <= v <= hi:
+        raise ValueError(what)
+    return int(v) if integer else float(v)
 
 _CODE_PROMPT = (
     "Complete this Python function that checks whether a string is a palindrome, ignoring case and "
@@ -46,48 +93,104 @@ class Session:
             "sampling": asdict(self.sampling),
         }
 
+    def validated(self) -> Session:
+        """This session when the GUI can show it exactly: types, 1–4 setups that parse, a known mode, and sampling
+        inside the ranges of the window's fields (:data:`SAMPLING_RANGES`).
+
+        Raises:
+            SpecDeckError: naming the first bad field and its value.
+        """
+        try:
+            for name in ("target", "prompt", "prompt_id"):
+                if not isinstance(getattr(self, name), str):
+                    raise ValueError(f"{name} must be text, got {_show(getattr(self, name))}")
+            if not isinstance(self.chat, bool):
+                raise ValueError(f"chat must be true or false, got {_show(self.chat)}")
+            if self.mode not in MODES:
+                raise ValueError(f"mode must be {' or '.join(MODES)}, got {_show(self.mode)}")
+            if not isinstance(self.setups, tuple) or not 1 <= len(self.setups) <= MAX_SETUPS:
+                raise ValueError(f"a session has 1 to {MAX_SETUPS} setups, got {len(self.setups) if isinstance(self.setups, tuple) else _show(self.setups)}")
+            for i, x in enumerate(self.setups):
+                if not isinstance(x, str):
+                    raise ValueError(f"setup {i + 1} must be a setup string, got {_show(x)}")
+                try:
+                    parse_setup(x)
+                except SpecDeckError as e:
+                    raise ValueError(f"setup {i + 1} ({x!r}): {e.message}") from None
+            if not isinstance(self.sampling, Sampling):
+                raise ValueError(f"sampling must be a table of settings, got {_show(self.sampling)}")
+            for name, (lo, hi) in SAMPLING_RANGES.items():
+                _check_number(f"sampling.{name}", getattr(self.sampling, name), lo, hi)
+            try:
+                self.sampling.validated()
+            except SpecDeckError as e:
+                raise ValueError(f"sampling: {e.message}") from None
+        except ValueError as e:
+            raise SpecDeckError(f"not a usable SpecDeck session: {e}", fix="open a file saved with “Save session…”") from None
+        return self
+
     @classmethod
     def from_json(cls, d: dict) -> Session:
-        """Raises SpecDeckError on a document that is not a session."""
+        """The session a saved document describes, validated (:meth:`validated`); unknown keys are ignored.
+
+        Raises:
+            SpecDeckError: a document that is not a session, or whose values the GUI cannot show (a type, a range,
+                a setup string that does not parse), naming the field.
+        """
+        fix = "open a file saved with “Save session…”"
+        if not isinstance(d, dict):
+            raise SpecDeckError(f"not a SpecDeck session (a JSON object was expected, got {_show(d)})", fix=fix)
         try:
-            s = d.get("sampling") or {}
-            sampling = Sampling(
-                temperature=float(s.get("temperature", 0.0)),
-                top_p=float(s.get("top_p", 1.0)),
-                top_k=int(s.get("top_k", 0)),
-                seed=int(s.get("seed", 0)),
-                max_new_tokens=int(s.get("max_new_tokens", 96)),
+            version = d.get("version", SESSION_VERSION)
+            if version != SESSION_VERSION:
+                raise ValueError(f"version {_show(version)} is not {SESSION_VERSION} (saved by another SpecDeck?)")
+            s = d.get("sampling", {})
+            if not isinstance(s, dict):
+                raise ValueError(f"sampling must be a table of settings, got {_show(s)}")
+            defaults = Sampling()
+            values = {}
+            for name, (lo, hi) in SAMPLING_RANGES.items():
+                v = s.get(name, getattr(defaults, name))
+                values[name] = _check_number(f"sampling.{name}", v, lo, hi)
+            for key in ("target", "setups", "prompt"):
+                if key not in d:
+                    raise ValueError(f"{key!r} is missing")
+            setups = d["setups"]
+            if not isinstance(setups, list):
+                raise ValueError(f"setups must be a list of setup strings, got {_show(setups)}")
+            session = cls(
+                target=d["target"],
+                setups=tuple(setups),
+                prompt=d["prompt"],
+                prompt_id=d.get("prompt_id", "custom"),
+                chat=d.get("chat", True),
+                mode=d.get("mode", "interleaved"),
+                sampling=Sampling(**values),
             )
-            setups = tuple(str(x) for x in d["setups"])
-            if not 1 <= len(setups) <= 4:
-                raise ValueError("a session has 1 to 4 setups")
-            mode = str(d.get("mode", "interleaved"))
-            if mode not in ("sequential", "interleaved"):
-                raise ValueError(f"mode must be sequential or interleaved, got {mode!r}")
-            return cls(
-                target=str(d["target"]),
-                setups=setups,
-                prompt=str(d["prompt"]),
-                prompt_id=str(d.get("prompt_id", "custom")),
-                chat=bool(d.get("chat", True)),
-                mode=mode,
-                sampling=sampling,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise SpecDeckError(f"not a SpecDeck session ({e})", fix="open a file saved with “Save session…”") from None
+        except ValueError as e:
+            raise SpecDeckError(f"not a SpecDeck session: {e}", fix=fix) from None
+        return session.validated()
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> Session:
+        """Read and validate a saved session.
+
+        Raises:
+            SpecDeckError: unreadable file, not JSON, or not a usable session (naming the file and the field).
+        """
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             raise SpecDeckError(f"cannot read session {path}: {e}", fix="pick a .json file saved by SpecDeck") from None
         if not isinstance(d, dict):
             raise SpecDeckError(f"{path} is not a SpecDeck session", fix="pick a .json file saved by SpecDeck")
-        return cls.from_json(d)
+        try:
+            return cls.from_json(d)
+        except SpecDeckError as e:
+            raise SpecDeckError(f"{path}: {e.message}", fix=e.fix) from None
 
     def with_(self, **kw) -> Session:
         return replace(self, **kw)

@@ -23,12 +23,13 @@ from PySide6.QtWidgets import (
 from app.core.errors import SpecDeckError
 from app.core.prompts import list_suites, load_suite
 from app.core.setups import Sampling
+from app.ui.session import MAX_SETUPS, SAMPLING_RANGES
 from app.ui.setup_editor import SetupEditor
 from app.ui.theme import LANE_COLORS
 
 __all__ = ["SetupPanel", "LaneRow", "MAX_LANES", "WARMUP_TOKENS"]
 
-MAX_LANES = 4
+MAX_LANES = MAX_SETUPS
 WARMUP_TOKENS = 4
 
 
@@ -95,21 +96,22 @@ class SetupPanel(QWidget):
     def _sampling_box(self) -> QGroupBox:
         samp = QGroupBox("Sampling")
         fl = QFormLayout(samp)
+        r = SAMPLING_RANGES
         self.temp_spin = QDoubleSpinBox()
-        self.temp_spin.setRange(0.0, 5.0)
+        self.temp_spin.setRange(*r["temperature"])
         self.temp_spin.setSingleStep(0.1)
         self.temp_spin.setDecimals(2)
         self.temp_spin.setToolTip("0 = greedy (speculative lanes must then match the baseline exactly)")
         self.top_p_spin = QDoubleSpinBox()
-        self.top_p_spin.setRange(0.01, 1.0)
+        self.top_p_spin.setRange(*r["top_p"])
         self.top_p_spin.setSingleStep(0.05)
         self.top_k_spin = QSpinBox()
-        self.top_k_spin.setRange(0, 100000)
+        self.top_k_spin.setRange(*r["top_k"])
         self.top_k_spin.setSpecialValueText("off")
         self.seed_spin = QSpinBox()
-        self.seed_spin.setRange(0, 2**31 - 1)
+        self.seed_spin.setRange(*r["seed"])
         self.max_tok_spin = QSpinBox()
-        self.max_tok_spin.setRange(1, 100000)
+        self.max_tok_spin.setRange(*r["max_new_tokens"])
         for label, w in (("temperature", self.temp_spin), ("top-p", self.top_p_spin), ("top-k", self.top_k_spin),
                          ("seed", self.seed_spin), ("max new tokens", self.max_tok_spin)):
             fl.addRow(label, w)

@@ -35,8 +35,9 @@ def engine_name(text: str) -> str:
     return text.split("  (")[0].strip()
 
 
-def fill_engine_combo(combo: QComboBox, statuses, keep: str | None = None) -> None:
-    """Fill an (editable) engine combo: usable engines selectable, the others greyed with their reason."""
+def fill_engine_combo(combo: QComboBox, statuses, keep: str | None = None, problems=()) -> None:
+    """Fill an (editable) engine combo: usable engines selectable, the others greyed with their reason, and each
+    broken manifest (app.engines.registry.ManifestProblem) greyed as "name  (broken manifest)" with its error."""
     keep = combo.currentText() if keep is None else keep
     model = QStandardItemModel(combo)
     for st in statuses:
@@ -48,6 +49,12 @@ def fill_engine_combo(combo: QComboBox, statuses, keep: str | None = None) -> No
             item.setText(f"{st.name}  (unavailable)")
         item.setData(st.name, Qt.ItemDataRole.UserRole)
         item.setToolTip(tip)
+        model.appendRow(item)
+    for pr in problems:
+        item = QStandardItem(f"{pr.name}  (broken manifest)")
+        item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
+        item.setData(pr.name, Qt.ItemDataRole.UserRole)
+        item.setToolTip(pr.message)
         model.appendRow(item)
     combo.blockSignals(True)
     combo.setModel(model)

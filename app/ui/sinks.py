@@ -4,18 +4,19 @@ and the run controller fans each event out to the sinks it was given, in one lis
 The controller folds every event into the run's :class:`~app.worker.plan.RunResults` *before* a sink sees it,
 so a sink may read the accounting (finished lanes, baseline comparisons) from ``on_event``. Sinks receive
 every event of the run, warm-up lanes included (``RunPlan.is_warmup(ev.lane_id)``), plus the worker's
-``WorkerReady``; they ignore what they do not show.
+``WorkerReady`` and the controller's own :class:`WorkerSilence`; they ignore what they do not show.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from app.ui.theme import Theme
     from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["RunSink"]
+__all__ = ["RunSink", "WorkerSilence"]
 
 
 @runtime_checkable
@@ -33,3 +34,16 @@ class RunSink(Protocol):
 
     def set_theme(self, theme: Theme) -> None:
         """Restyle for a light or dark theme."""
+
+
+@dataclass(frozen=True)
+class WorkerSilence:
+    """Made by the controller (not the worker) and fanned out to the sinks like an event: the worker has sent
+    nothing for `silent_s` seconds while a run is going (stopped with SIGSTOP, or hung); 0.0 when it answered
+    again after such a notice."""
+
+    silent_s: float
+
+    @property
+    def message(self) -> str:
+        return f"the worker has not answered for {self.silent_s:.0f} s: stopped or hung? Stop kills it"

@@ -9,11 +9,23 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWi
 
 from app.core.events import LaneStarted, Progress, RunDone, RunError
 from app.ui.results import fastest
+from app.ui.sinks import WorkerSilence
 from app.ui.theme import Theme
 from app.worker.messages import WorkerReady
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["ElidedLabel", "RunStatusBar", "progress_text"]
+__all__ = ["ElidedLabel", "RunStatusBar", "progress_text", "engine_problems_text"]
+
+
+def engine_problems_text(problems) -> str:
+    """One status-bar line for broken engine manifests: the error itself when there is one (first line, with
+    its fix), else the count and the first."""
+    if not problems:
+        return ""
+    first = " — ".join(x.strip() for x in problems[0].message.splitlines() if x.strip())
+    if len(problems) == 1:
+        return f"⚠ {first}; the other engines are listed"
+    return f"⚠ {len(problems)} engine manifests are broken (their errors are in the tooltip of ⚠ on the right); first: {first}"
 
 
 class ElidedLabel(QLabel):
@@ -83,14 +95,31 @@ class RunStatusBar:
         self.progress.hide()
         self.worker = QLabel("worker: not started")
         self.worker.setObjectName("workerLabel")
+        self.engines = QLabel("")  # "⚠ 1 broken engine manifest", its errors in the tooltip
+        self.engines.setObjectName("engineProblems")
+        self.engines.setContentsMargins(0, 0, 10, 0)
+        self.engines.hide()
         bar.addWidget(self.label, 1)
         bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.engines)
         bar.addPermanentWidget(self.worker)
         self.plan: RunPlan | None = None
         self.results: RunResults | None = None
 
     def show_message(self, text: str) -> None:
         self.label.setText(text)
+
+    def set_engine_problems(self, problems) -> None:
+        """Broken engine manifests (app.engines.registry.ManifestProblem): a permanent "⚠ N broken engine
+        manifest(s)" whose tooltip holds every error, and the first error (or the count) as the message."""
+        if not problems:
+            self.engines.hide()
+            return
+        n = len(problems)
+        self.engines.setText(f"⚠ {n} broken engine manifest{'s' if n > 1 else ''}")
+        self.engines.setToolTip("\n\n".join(p.message for p in problems))
+        self.engines.show()
+        self.show_message(engine_problems_text(problems))
 
     def set_worker(self, state: str, text: str) -> None:
         """The worker's state ("starting" | "ready" | "dead" | "died") and its line."""
@@ -116,6 +145,8 @@ class RunStatusBar:
             self.show_message(self._running())
         elif isinstance(ev, RunError) and ev.lane_id is None:
             self.show_message("⚠ " + ev.message.splitlines()[0])
+        elif isinstance(ev, WorkerSilence):
+            self.show_message("⚠ " + ev.message if ev.silent_s else self._running() + " (the worker answered again)")
 
     def _running(self) -> str:
         r = self.results
@@ -142,7 +173,7 @@ class RunStatusBar:
         if win is not None and not results.stopped and self.plan is not None:
             lane_id, stats = win
             text += f" · winner: Lane {(self.plan.setup_index(lane_id) or 0) + 1} {stats.setup}"
-        if None in results.errors and not results.stopped:
+        if None in results.errors:  # the worker died, or Stop had to kill a silent one
             text += " · ⚠ " + results.errors[None].message.splitlines()[0]
         self.show_message(text)
 

@@ -84,3 +84,38 @@ def test_search_path_env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDECK_ENGINES_PATH", str(tmp_path))
     assert resolve("mine").path == tmp_path / "mine.toml"
     assert REPO_ENGINES.is_dir()
+
+
+def test_scan_lists_good_manifests_beside_the_broken_ones(tmp_path, monkeypatch):
+    """One broken file on SPECDECK_ENGINES_PATH: `scan_manifests`/`scan_status` (the GUI's picker) keep every other
+    engine and return the error; `list_manifests`/`all_status` (the CLI's `engines`) still raise it."""
+    from app.engines.registry import scan_manifests
+    from app.engines.status import all_status, scan_status
+
+    write(tmp_path, "aaa-broken", 'backend = "hf"\n[source]\ngguff = "a.gguf"\n')
+    write(tmp_path, "zzz-also-broken", 'backend = "hf"\n[source\n')
+    write(tmp_path, "mine", f'backend = "hf"\n[source]\nhf_dir = "{tmp_path}"\n')
+    monkeypatch.setenv("SPECDECK_ENGINES_PATH", str(tmp_path))
+    manifests, problems = scan_manifests()
+    names = {m.name for m in manifests}
+    assert {"mine", "smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct"} <= names and "aaa-broken" not in names
+    assert [(p.name, p.path) for p in problems] == [("aaa-broken", tmp_path / "aaa-broken.toml"), ("zzz-also-broken", tmp_path / "zzz-also-broken.toml")]
+    assert "unknown key 'gguff'" in problems[0].message and "did you mean 'gguf'" in problems[0].message
+    assert "not valid TOML" in problems[1].message
+    statuses, sproblems = scan_status()
+    assert {s.name for s in statuses} == names and [p.name for p in sproblems] == ["aaa-broken", "zzz-also-broken"]
+    with pytest.raises(EngineError, match="gguff"):
+        list_manifests()
+    with pytest.raises(EngineError, match="gguff"):
+        all_status()
+
+
+def test_a_broken_manifest_shadows_a_good_one_of_the_same_name(tmp_path, monkeypatch):
+    """resolve() would hit the broken file first, so the scan does not silently offer the later, good one."""
+    from app.engines.registry import scan_manifests
+
+    write(tmp_path, "smollm2-135m-instruct", 'backend = "hf"\n')
+    monkeypatch.setenv("SPECDECK_ENGINES_PATH", str(tmp_path))
+    manifests, problems = scan_manifests()
+    assert "smollm2-135m-instruct" not in {m.name for m in manifests}
+    assert [p.name for p in problems] == ["smollm2-135m-instruct"] and "missing [source]" in problems[0].message

@@ -1,0 +1,181 @@
+"""Does the GUI slow the lanes it measures? Tokens/s of the same lanes, headless (`bench`) and in the GUI.
+
+Runs, alternating (the order rotates every round, so drift of the machine's load cancels out):
+
+    python -m app bench --target T --setup ngram --setup draft:D,k=4 --prompt P --mode interleaved --warmup 4 --json A
+    python -m app gui --target T --setup baseline --setup ngram --setup draft:D,k=4 --prompt P --mode interleaved
+                      --autorun --quit-after-run --export B --settings tmp.ini        (one per --platform)
+
+and prints per-setup tokens/s side by side (median over the rounds, and every round's value) with the ratio
+GUI / headless, plus the load average around each run and the GUI's and the worker's CPU during the GUI runs.
+
+    python resources/bench/gui_vs_headless.py --rounds 3 --platform offscreen --platform xvfb
+
+Platforms: `offscreen` (QT_QPA_PLATFORM=offscreen: Qt paints into memory, nothing is shown), `xvfb` (a real X
+server in memory through xvfb-run: the GUI pays for what a desktop pays), `display` (the current $DISPLAY).
+The default is xvfb when $DISPLAY is unset and xvfb-run exists, else the current display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PROMPT = (
+    "Complete this Python function that checks whether a string is a palindrome, ignoring case and "
+    "non-alphanumeric characters:\n\ndef is_palindrome(s: str) -> bool:\n"
+)
+
+
+def load_avg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def cpu_line() -> str:
+    """CPU model, logical CPUs and the vector extensions torch's CPU kernels care about."""
+    model, flags = "?", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
+    return f"{model}, {os.cpu_count()} logical CPUs, {' '.join(simd) or 'no AVX2'}"
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, float, str]:
+    t = time.monotonic()
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return r.returncode, time.monotonic() - t, (r.stderr or "")[-1500:]
+
+
+def per_setup(doc: dict) -> dict[str, float]:
+    return {r["setup"]: r["tokens_per_s"] for r in doc.get("runs", []) if r.get("tokens_per_s") is not None}
+
+
+def gui_cpu(doc: dict) -> tuple[float, float]:
+    """(GUI, worker) mean CPU % of one core while the lanes ran (the export's own figure when it has one, else
+    the mean over every telemetry sample of the run)."""
+    load = (doc.get("gui") or {}).get("load") or {}
+    if load.get("gui_cpu_pct") is not None:
+        return load["gui_cpu_pct"], load.get("worker_cpu_pct") or float("nan")
+    vals: dict[str, list[float]] = {"gui": [], "worker": []}
+    for s in doc.get("telemetry", []):
+        for p in s.get("host", {}).get("procs", []):
+            if p.get("role") in vals and p.get("cpu_pct") is not None:
+                vals[p["role"]].append(p["cpu_pct"])
+    return tuple(statistics.fmean(v) if v else float("nan") for v in (vals["gui"], vals["worker"]))  # type: ignore[return-value]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="smollm2-135m-instruct")
+    ap.add_argument("--draft", default="smollm2-135m-instruct")
+    ap.add_argument("--prompt", default=DEFAULT_PROMPT)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--platform", action="append", choices=("offscreen", "xvfb", "display"),
+                    help="how the GUI is shown (repeatable); default: xvfb without $DISPLAY, else display")
+    ap.add_argument("--out", help="keep the JSON reports in this folder (default: a temporary one)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    args = ap.parse_args(argv)
+
+    platforms = args.platform or (["xvfb"] if not os.environ.get("DISPLAY") and shutil.which("xvfb-run") else ["display"])
+    if "xvfb" in platforms and not shutil.which("xvfb-run"):
+        ap.error("xvfb-run is not installed (apt-get install xvfb)")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gui-vs-headless-"))
+    out.mkdir(parents=True, exist_ok=True)
+    setups = ["ngram", f"draft:{args.draft},k=4"]
+    common = ["--target", args.target, "--prompt", args.prompt, "--mode", "interleaved", "--max-new-tokens", str(args.max_new_tokens)]
+    base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    base_env.pop("QT_QPA_PLATFORM", None)
+
+    def command(kind: str, path: Path, rnd: int) -> tuple[list[str], dict[str, str]]:
+        env = dict(base_env)
+        if kind == "bench":
+            cmd = [sys.executable, "-m", "app", "bench", *common, *(x for s in setups for x in ("--setup", s)),
+                   "--warmup", "4", "--quiet", "--json", str(path)]
+            return cmd, env
+        cmd = [sys.executable, "-m", "app", "gui", *common, *(x for s in ["baseline", *setups] for x in ("--setup", s)),
+               "--autorun", "--quit-after-run", "--export", str(path), "--settings", str(out / f"{kind}-{rnd}.ini")]
+        if kind == "offscreen":
+            env["QT_QPA_PLATFORM"] = "offscreen"
+        elif kind == "xvfb":
+            cmd = ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", *cmd]
+        return cmd, env
+
+    kinds = ["bench", *platforms]
+    tps: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
+    cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in platforms}
+    loads: list[float] = []
+    print(f"CPU: {cpu_line()}")
+    print(f"target {args.target}, setups baseline + {' + '.join(setups)}, {args.max_new_tokens} tokens, interleaved; reports in {out}\n")
+    for rnd in range(args.rounds):
+        order = kinds[rnd % len(kinds):] + kinds[: rnd % len(kinds)]
+        for kind in order:
+            path = out / f"{kind}-{rnd}.json"
+            cmd, env = command(kind, path, rnd)
+            l0 = load_avg()
+            rc, wall, err = run(cmd, env, args.timeout)
+            l1 = load_avg()
+            loads += [l0, l1]
+            if rc != 0 or not path.is_file():
+                print(f"round {rnd + 1} {kind}: exit {rc} after {wall:.0f} s\n{err}", file=sys.stderr)
+                continue
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            got = per_setup(doc)
+            for s, v in got.items():
+                tps[kind].setdefault(s, []).append(v)
+            extra = ""
+            if kind != "bench":
+                g, w = gui_cpu(doc)
+                cpu[kind].append((g, w))
+                extra = f"; GUI CPU {g:.0f} %, worker {w:.0f} % of one core"
+            print(f"round {rnd + 1} {kind:>9}: " + ", ".join(f"{s} {v:.2f}" for s, v in got.items())
+                  + f" tok/s  ({wall:.0f} s, load {l0:.2f} → {l1:.2f}{extra})", flush=True)
+
+    print()
+    names = list(dict.fromkeys(s for k in kinds for s in tps[k]))
+    head = ["setup", "headless tok/s"] + [f"{p} tok/s" for p in platforms] + [f"{p}/headless" for p in platforms]
+    rows = []
+    for s in names:
+        h = tps["bench"].get(s, [])
+        hm = statistics.median(h) if h else float("nan")
+        row = [s, f"{hm:.2f} ({', '.join(f'{x:.1f}' for x in h)})"]
+        ratios = []
+        for p in platforms:
+            g = tps[p].get(s, [])
+            gm = statistics.median(g) if g else float("nan")
+            row.append(f"{gm:.2f} ({', '.join(f'{x:.1f}' for x in g)})")
+            ratios.append(f"{gm / hm:.3f}" if h and g else "–")
+        rows.append(row + ratios)
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    for p in platforms:
+        if cpu[p]:
+            g = statistics.fmean(x[0] for x in cpu[p])
+            w = statistics.fmean(x[1] for x in cpu[p])
+            print(f"{p}: GUI process {g:.0f} % of one core, worker {w:.0f} % during the GUI runs")
+    if loads:
+        print(f"load average (1 min) around the runs: {min(loads):.2f} – {max(loads):.2f}, mean {statistics.fmean(loads):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
