@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 from app.core.prompts import Prompt
-from app.core.setups import SetupBase, SetupKind, get_kind, grammar, param, parse_setup, register, unregister
 from app.core.setups import Sampling as S
+from app.core.setups import SetupBase, SetupKind, get_kind, grammar, param, parse_setup, register, unregister
 from app.worker.plan import RunPlan, RunResults
 
 

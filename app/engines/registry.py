@@ -260,7 +260,7 @@ def resolve_package_path(ref: str, manifest: EngineManifest | None = None) -> Pa
     for f in files:
         fp = f.as_posix()
         if fp == rel or fp.endswith("/" + rel):
-            return Path(d.locate_file(f)).resolve()
+            return Path(str(d.locate_file(f))).resolve()
     raise EngineError(
         f"package {dist!r} is installed but holds no file {rel!r}{where}",
         fix=f"reinstall it: pip install --force-reinstall --no-deps {req}",
