@@ -81,7 +81,8 @@ def test_ctrl_c_keeps_the_finished_lanes_and_prints_no_worker_traceback(tiny_pai
     try:
         assert err.wait_for("tok/s", 400), err.text[-2000:]  # the first lane has finished
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group
-        stdout, _ = proc.communicate(timeout=120)
+        stdout = proc.stdout.read()  # not communicate(): it would take stderr from the reader thread
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -130,7 +131,8 @@ def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
         w.suspend()
         time.sleep(pause_s)
         w.resume()
-        stdout, _ = proc.communicate(timeout=600)
+        stdout = proc.stdout.read()
+        proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()

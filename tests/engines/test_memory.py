@@ -42,7 +42,8 @@ tok = AutoTokenizer.from_pretrained(folder)
 # Before the baseline, what is not weights: the model's Python code (~100 MiB) and the kernels' machine code (a
 # forward of a minute copy of the model, an int8 and a packed linear: ~30 MiB of library pages on first use).
 cfg = AutoConfig.from_pretrained(folder)
-cfg.update({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1})
+cfg.update({"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8})
 with torch.inference_mode():
     AutoModelForCausalLM.from_config(cfg)(input_ids=torch.tensor([[1, 2, 3]]))
     int8_linear(torch.nn.Linear(32, 32))(torch.randn(2, 32))
