@@ -121,13 +121,13 @@ def test_a_stopped_worker_is_reported_instead_of_hanging(tiny_pair):
 def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
     """SIGSTOP then SIGCONT during a lane: the pause lands in that lane's clock; the report flags it."""
     target, _ = tiny_pair
-    proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "300", "--json", "-"),
+    proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "2000", "--json", "-"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = _Stderr(proc)
     try:
         w = _worker(err)
         assert err.wait_for("bench:", 400), err.text[-2000:]
-        time.sleep(0.5)
+        time.sleep(0.2)  # inside the lane (2,000 tokens), most likely mid-forward
         w.suspend()
         time.sleep(pause_s)
         w.resume()
