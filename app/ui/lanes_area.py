@@ -23,7 +23,7 @@ __all__ = ["LanesArea", "legend_html", "FRAME_MS", "HEADER_HZ"]
 #: lane text is drawn at most this often while a run is going (20 Hz)
 FRAME_MS = 50
 #: lane headers (tokens/s, α, τ, …) are refreshed at most this often
-HEADER_HZ = 4.0
+HEADER_HZ = 2.0
 
 _ENDED = ("done", "cancelled", "error")
 
@@ -98,7 +98,7 @@ class LanesArea(QWidget):
             v.deleteLater()
         while len(self.views) < n:
             i = len(self.views)
-            v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme)
+            v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme, header_hz=HEADER_HZ)
             v.set_show_rejected(not self.hide_rejected.isChecked())
             self.views.append(v)
         cols = 2 if n == 4 else max(1, n)

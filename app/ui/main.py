@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             win.apply_session(s)  # all or nothing: validated first
         except SpecDeckError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {e.message}\n  fix: check the --target/--setup/--prompt/--mode/--max-new-tokens options", file=sys.stderr)
             win.shutdown()
             import shiboken6
 

@@ -51,7 +51,11 @@ from app.ui.theme import DARK, LIGHT, apply_palette
 from app.worker.client import WorkerClient
 from app.worker.plan import RunPlan
 
-__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan"]
+__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan", "TELEMETRY_HZ"]
+
+#: telemetry samples a second in the window (the plot shows CPU over half-second windows, and every sample is
+#: work taken from the lanes on a machine with few cores)
+TELEMETRY_HZ = 5.0
 
 
 def engine_scan():
@@ -496,8 +500,7 @@ class MainWindow(QMainWindow):
             return d
 
         try:
-            # 5 Hz: the plot shows CPU over half-second windows, and each sample is work taken from the lanes
-            self.sampler = TelemetrySampler(rate_hz=5.0, pids=pids, on_sample=self.plots.add_sample)
+            self.sampler = TelemetrySampler(rate_hz=TELEMETRY_HZ, pids=pids, on_sample=self.plots.add_sample)
             self.plots.set_gpu_state(self.sampler.gpu_state)
             self.sampler.start()
         except Exception as e:

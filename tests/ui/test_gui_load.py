@@ -83,7 +83,7 @@ def test_during_a_run_plots_draw_at_most_10_hz_and_lane_text_at_most_20_hz(qtbot
     from PySide6.QtWidgets import QGraphicsItem
 
     from app.core.events import LaneStarted
-    from app.ui.lanes_area import FRAME_MS
+    from app.ui.lanes_area import FRAME_MS, HEADER_HZ
     from app.ui.plots import RUN_INTERVAL_MS
 
     assert RUN_INTERVAL_MS >= 100 and FRAME_MS >= 50
@@ -110,7 +110,7 @@ def test_during_a_run_plots_draw_at_most_10_hz_and_lane_text_at_most_20_hz(qtbot
     elapsed = time.monotonic() - t0
     assert plots.redraws - r0 <= 10 * elapsed + 2, (plots.redraws - r0, elapsed)
     assert lanes.frames - f0 <= 20 * elapsed + 2, (lanes.frames - f0, elapsed)
-    assert len(headers) <= 4 * elapsed + 2
+    assert len(headers) <= HEADER_HZ * elapsed + 2
     assert plots.redraws - r0 >= 3 and lanes.frames - f0 >= 3  # and they do draw
     for p in (plots.p_tps, plots.p_alpha, plots.p_pos, plots.p_sys):
         for ax in ("left", "bottom"):
