@@ -28,7 +28,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, StepEvent
-from app.core.metrics import LaneAccumulator
+from app.ui.plot_parts import _ACC, _ALPHA, _DR, _RATE, _T, _TOK, _TS, LaneSeries, Phase, Ring, TimedLayout, nice_ceiling
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
 
@@ -47,113 +47,6 @@ BARS_INTERVAL_S = 1.0
 #: during a run the plots draw no more often than their measured cost per frame allows within this share of one
 #: core (a 10 ms frame: at most 3 frames a second)
 FRAME_BUDGET = 0.03
-_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5)
-
-
-def nice_ceiling(x: float) -> float:
-    """The smallest of 1, 1.5, 2, 3, 5, 7.5 × 10^k that is ≥ `x` (x > 0), for ranges that grow in steps."""
-    if not x > 0 or not math.isfinite(x):
-        return 1.0
-    e = math.floor(math.log10(x))
-    for m in (*_STEPS, 10.0):
-        v = m * 10.0**e
-        if v >= x * (1 - 1e-12):
-            return v
-    return 10.0 ** (e + 1)
-
-
-class Ring:
-    """A growing window over a preallocated float64 array [capacity, cols]; when full, the older half is
-    dropped (amortised O(1) append, contiguous views for setData, bounded memory)."""
-
-    def __init__(self, capacity: int, cols: int) -> None:
-        self.capacity = int(capacity)
-        self.buf = np.full((self.capacity, cols), np.nan)
-        self.n = 0
-        self.dropped = 0
-
-    def append(self, row) -> None:
-        if self.n == self.capacity:
-            keep = self.capacity // 2
-            self.buf[:keep] = self.buf[self.n - keep : self.n]
-            self.dropped += self.n - keep
-            self.n = keep
-        self.buf[self.n] = row
-        self.n += 1
-
-    def view(self) -> np.ndarray:
-        return self.buf[: self.n]
-
-    def clear(self) -> None:
-        self.n = 0
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return self.n
-
-
-# lane ring columns: receipt time (s since Run), lane clock, tokens, accepted, drafted, smoothed tok/s, rolling α
-_T, _TS, _TOK, _ACC, _DR, _RATE, _ALPHA = range(7)
-
-
-class _Lane:
-    def __init__(self, lane_id: str, label: str, color: str, capacity: int) -> None:
-        self.lane_id = lane_id
-        self.label = label
-        self.color = color
-        self.ring = Ring(capacity, 7)
-        self.acc = LaneAccumulator()  # the same counts the lane header and the final stats use
-        self.dirty = True
-        self.bars_dirty = False
-        self.rate_max = 0.0  # highest smoothed tokens/s so far (the y range grows to it)
-        self.tps_curve = None
-        self.alpha_curve = None
-        self.bars = None
-
-
-class Phase:
-    """A shaded stretch of the time plots before the recorded lanes ("loading engines", "warm-up"), in seconds
-    since the run's start; `end` is None while it lasts."""
-
-    def __init__(self, label: str, start: float, plots, color, label_pos: float = 0.08) -> None:
-        self.label = label
-        self.start = start
-        self.end: float | None = None
-        self.regions = []
-        for i, p in enumerate(plots):
-            r = pg.LinearRegionItem(values=(start, start), movable=False, brush=pg.mkBrush(color), pen=pg.mkPen(None))
-            r.setZValue(-20)
-            if i == 0:
-                pg.InfLineLabel(r.lines[0], text=label, position=label_pos, anchors=[(0, 1), (0, 1)], color="#888")
-            p.addItem(r, ignoreBounds=True)  # growing it must not re-run auto-range (~100 ms a tick)
-            self.regions.append(r)
-
-    def extend(self, t: float, close: bool = False) -> None:
-        if self.end is not None:
-            return
-        for r in self.regions:
-            r.setRegion((self.start, max(self.start, t)))
-        if close:
-            self.end = max(self.start, t)
-
-    def remove(self) -> None:
-        for r in self.regions:
-            vb = r.getViewBox()
-            if vb is not None:
-                vb.removeItem(r)
-
-
-class _TimedLayout(pg.GraphicsLayoutWidget):
-    """Remembers how much CPU its last paint took (the redraw timer backs off when painting is slow)."""
-
-    last_paint_s = 0.0
-
-    def paintEvent(self, ev) -> None:
-        t = time.thread_time()
-        super().paintEvent(ev)
-        self.last_paint_s = time.thread_time() - t
-
-
 class PlotPanel(QWidget):
     """The plot dock's content.
 
@@ -174,7 +67,7 @@ class PlotPanel(QWidget):
         self.window_s = window_s
         self.alpha_window = alpha_window
         self.t0: float | None = None
-        self.lanes: dict[str, _Lane] = {}
+        self.lanes: dict[str, LaneSeries] = {}
         self.phases: list[Phase] = []
         self._inbox: deque = deque()
         self.tele = Ring(capacity, 7)  # t_mono, util/cpu_w, mem/rss_w, cpu_g, rss_g, mem_total, cpu_sys
@@ -195,7 +88,7 @@ class PlotPanel(QWidget):
         self.setdata_calls = 0
         self._series: dict[str, tuple[np.ndarray, np.ndarray, str, str]] = {}  # name → (x, y, color, unit)
 
-        self.glw = _TimedLayout()
+        self.glw = TimedLayout()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.glw)
@@ -394,7 +287,7 @@ class PlotPanel(QWidget):
         self.t0 = t0
         n = max(1, len(lanes))
         for i, (lane_id, label, color) in enumerate(lanes):
-            ln = _Lane(lane_id, label, color, self.capacity)
+            ln = LaneSeries(lane_id, label, color, self.capacity)
             pen = pg.mkPen(color, width=2)
             ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {label}", connect="finite")
             ln.alpha_curve = self.p_alpha.plot([], [], pen=pen, connect="finite")
@@ -427,7 +320,7 @@ class PlotPanel(QWidget):
         ln.ring.append((t_recv - self.t0, ev.t_s, a.new_tokens, a.accepted, a.drafted, rate, alpha))
         ln.dirty = True
 
-    def _rolling(self, ln: _Lane, ts: float, tok: int, acc: int, dr: int) -> tuple[float, float]:
+    def _rolling(self, ln: LaneSeries, ts: float, tok: int, acc: int, dr: int) -> tuple[float, float]:
         """Smoothed tokens/s (over `window_s` of lane clock) and rolling α (over `alpha_window` steps) of a step
         about to be appended: a binary search and a lookup, whatever the history's length."""
         v = ln.ring.view()

@@ -1,0 +1,122 @@
+"""Building blocks of the live plots (app.ui.plots): step-wise ranges, ring buffers, a lane's series, shaded
+phases, and a plot layout that times its own paints."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pyqtgraph as pg
+
+from app.core.metrics import LaneAccumulator
+
+__all__ = ["nice_ceiling", "Ring", "LaneSeries", "Phase", "TimedLayout", "COLUMNS"]
+
+_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5)
+
+
+def nice_ceiling(x: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 5, 7.5 × 10^k that is ≥ `x` (x > 0), for ranges that grow in steps."""
+    if not x > 0 or not math.isfinite(x):
+        return 1.0
+    e = math.floor(math.log10(x))
+    for m in (*_STEPS, 10.0):
+        v = m * 10.0**e
+        if v >= x * (1 - 1e-12):
+            return v
+    return 10.0 ** (e + 1)
+
+
+class Ring:
+    """A growing window over a preallocated float64 array [capacity, cols]; when full, the older half is
+    dropped (amortised O(1) append, contiguous views for setData, bounded memory)."""
+
+    def __init__(self, capacity: int, cols: int) -> None:
+        self.capacity = int(capacity)
+        self.buf = np.full((self.capacity, cols), np.nan)
+        self.n = 0
+        self.dropped = 0
+
+    def append(self, row) -> None:
+        if self.n == self.capacity:
+            keep = self.capacity // 2
+            self.buf[:keep] = self.buf[self.n - keep : self.n]
+            self.dropped += self.n - keep
+            self.n = keep
+        self.buf[self.n] = row
+        self.n += 1
+
+    def view(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+    def clear(self) -> None:
+        self.n = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+
+# lane ring columns: receipt time (s since Run), lane clock, tokens, accepted, drafted, smoothed tok/s, rolling α
+COLUMNS = _T, _TS, _TOK, _ACC, _DR, _RATE, _ALPHA = range(7)
+
+
+class LaneSeries:
+    """One lane's ring of per-step figures and its plot items."""
+
+    def __init__(self, lane_id: str, label: str, color: str, capacity: int) -> None:
+        self.lane_id = lane_id
+        self.label = label
+        self.color = color
+        self.ring = Ring(capacity, 7)
+        self.acc = LaneAccumulator()  # the same counts the lane header and the final stats use
+        self.dirty = True
+        self.bars_dirty = False
+        self.rate_max = 0.0  # highest smoothed tokens/s so far (the y range grows to it)
+        self.tps_curve = None
+        self.alpha_curve = None
+        self.bars = None
+
+
+class Phase:
+    """A shaded stretch of the time plots before the recorded lanes ("loading engines", "warm-up"), in seconds
+    since the run's start; `end` is None while it lasts."""
+
+    def __init__(self, label: str, start: float, plots, color, label_pos: float = 0.08) -> None:
+        self.label = label
+        self.start = start
+        self.end: float | None = None
+        self.regions = []
+        for i, p in enumerate(plots):
+            r = pg.LinearRegionItem(values=(start, start), movable=False, brush=pg.mkBrush(color), pen=pg.mkPen(None))
+            r.setZValue(-20)
+            if i == 0:
+                pg.InfLineLabel(r.lines[0], text=label, position=label_pos, anchors=[(0, 1), (0, 1)], color="#888")
+            p.addItem(r, ignoreBounds=True)  # growing it must not re-run auto-range (~100 ms a tick)
+            self.regions.append(r)
+
+    def extend(self, t: float, close: bool = False) -> None:
+        if self.end is not None:
+            return
+        for r in self.regions:
+            r.setRegion((self.start, max(self.start, t)))
+        if close:
+            self.end = max(self.start, t)
+
+    def remove(self) -> None:
+        for r in self.regions:
+            vb = r.getViewBox()
+            if vb is not None:
+                vb.removeItem(r)
+
+
+class TimedLayout(pg.GraphicsLayoutWidget):
+    """Remembers how much CPU its last paint took (the redraw timer backs off when painting is slow)."""
+
+    last_paint_s = 0.0
+
+    def paintEvent(self, ev) -> None:
+        t = time.thread_time()
+        super().paintEvent(ev)
+        self.last_paint_s = time.thread_time() - t
