@@ -20,3 +20,29 @@ def step_factory():
     from .helpers import make_step
 
     return make_step
+
+
+@pytest.fixture
+def fake_window(qtbot, settings):
+    """make(max_new_tokens) → a shown MainWindow on a throw-away settings file, no telemetry, whose worker is the
+    FakeClient of tests/ui/helpers.py (lanes = helpers.SETUPS, target "tiny-target"); shut down after the test."""
+    from app.core.setups import Sampling
+    from app.ui.main_window import MainWindow
+    from app.ui.session import Session
+
+    from .helpers import SETUPS, FakeClient
+
+    made = []
+
+    def make(max_new_tokens: int = 4):
+        s = Session(target="tiny-target", setups=SETUPS, prompt="Write a poem.", sampling=Sampling(max_new_tokens=max_new_tokens))
+        w = MainWindow(settings=settings, session=s, statuses=[], telemetry=False, client_factory=FakeClient)
+        qtbot.addWidget(w)
+        w.resize(1400, 900)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.shutdown()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+#: the lanes of the fake_window fixture (tests/ui/conftest.py)
+SETUPS = ("baseline", "ngram:n=3,k=8", "draft:tiny-draft,k=3")
+
 
 def make_step(lane_id: str, step: int, drafted=(), accepted=0, target_id=7, kind=None, t_s=None, pieces=None, rejected=None):
     """A StepEvent with readable pieces: accepted 'a<step>.<i>', rejected 'r…', target 't…'."""

@@ -12,24 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from .helpers import FakeClient, make_stats, make_step
-
-SETUPS = ("baseline", "ngram:n=3,k=8", "draft:tiny-draft,k=3")
+from .helpers import SETUPS, FakeClient, make_stats, make_step
 
 
 @pytest.fixture
-def win(qtbot, settings):
-    from app.core.setups import Sampling
-    from app.ui.main_window import MainWindow
-    from app.ui.session import Session
-
-    s = Session(target="tiny-target", setups=SETUPS, prompt="Write a poem.", sampling=Sampling(max_new_tokens=4000))
-    w = MainWindow(settings=settings, session=s, statuses=[], telemetry=False, client_factory=FakeClient)
-    qtbot.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    yield w
-    w.shutdown()
+def win(fake_window):
+    return fake_window(max_new_tokens=4000)
 
 
 def _start(qtbot, w):

@@ -10,9 +10,7 @@ import re
 
 import pytest
 
-from .helpers import FakeClient, make_stats, make_step
-
-SETUPS = ("baseline", "ngram:n=3,k=8", "draft:tiny-draft,k=3")
+from .helpers import SETUPS, FakeClient, make_stats, make_step
 
 
 def _doc(**over) -> dict:
@@ -79,18 +77,8 @@ def test_session_ranges_are_the_spin_boxes_ranges(qtbot):
 
 
 @pytest.fixture
-def win(qtbot, settings):
-    from app.core.setups import Sampling
-    from app.ui.main_window import MainWindow
-    from app.ui.session import Session
-
-    s = Session(target="tiny-target", setups=SETUPS, prompt="Write a poem.", sampling=Sampling(max_new_tokens=4))
-    w = MainWindow(settings=settings, session=s, statuses=[], telemetry=False, client_factory=FakeClient)
-    qtbot.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    yield w
-    w.shutdown()
+def win(fake_window):
+    return fake_window(max_new_tokens=4)
 
 
 def test_opening_a_session_with_a_huge_token_limit_changes_nothing(win, tmp_path):
