@@ -20,7 +20,7 @@ is and time it. Step 0 is the prefill (kind "baseline").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from app.core.accounting import LaneEngine, LaneRecorder, LaneRunner
@@ -93,7 +93,7 @@ class CountsOnlySteps:
         self.rec = rec
         self.k = k
 
-    def push(self, new_ids: list[int] | tuple[int, ...], dt: float) -> list[StepEvent]:
+    def push(self, new_ids: Sequence[int], dt: float) -> list[StepEvent]:
         """Steps for one streamed update of `new_ids` that took `dt` seconds (none for an empty update)."""
         rec, n = self.rec, len(new_ids)
         if n == 0 or rec.done:
@@ -128,21 +128,10 @@ class LLMApiRunner(_TRTLLMRunner):
         sampling = sampling.validated()
         c = self.trt.config
         steps = CountsOnlySteps(rec, c.max_draft_len if c.kind != "none" else 0)
-        clock = rec.clock
-        t_last = clock()
+        t0 = rec.clock()
         req = self.trt.start_request(prompt_ids, sampling)
         try:
-            for update in req:
-                now = clock()
-                evs = steps.push(update.new_ids, now - t_last)
-                if evs:
-                    t_last = now
-                yield from evs
-                if rec.done:
-                    break
-                if cancelled():
-                    rec.stop("cancelled")
-                    break
+            yield from _follow(rec, steps, (update.new_ids for update in req), cancelled, t0)
         finally:
             req.abort()  # no-op once the request finished
         if req.finish_reason == "stop":
@@ -150,6 +139,24 @@ class LLMApiRunner(_TRTLLMRunner):
         counts = req.perf_counts()
         if counts:
             rec.override(drafted=counts[0], accepted=counts[1])
+
+
+def _follow(rec: LaneRecorder, steps: CountsOnlySteps, chunks: Iterable[Sequence[int]], cancelled: Callable[[], bool],
+            t_last: float) -> Iterator[StepEvent]:
+    """Turn a stream of new-token chunks into counts-only steps, each timed from the previous chunk that made a
+    step (the first from `t_last`, taken before the request started); stops at the lane's end or a cancel
+    (polled between chunks)."""
+    for new in chunks:
+        now = rec.clock()
+        evs = steps.push(new, now - t_last)
+        if evs:
+            t_last = now
+        yield from evs
+        if rec.done:
+            return
+        if cancelled():
+            rec.stop("cancelled")
+            return
 
 
 class CppStreamRunner(_TRTLLMRunner):
@@ -164,21 +171,10 @@ class CppStreamRunner(_TRTLLMRunner):
         _check_prompt(prompt_ids)
         sampling = sampling.validated()
         steps = CountsOnlySteps(rec, self.trt.config.max_draft_len)
-        clock = rec.clock
-        t_last = clock()
+        t0 = rec.clock()
         stream = self.trt.stream(prompt_ids, sampling)
         try:
-            for new in stream:
-                now = clock()
-                evs = steps.push(new, now - t_last)
-                if evs:
-                    t_last = now
-                yield from evs
-                if rec.done:
-                    break
-                if cancelled():
-                    rec.stop("cancelled")
-                    break
+            yield from _follow(rec, steps, stream, cancelled, t0)
         finally:
             stream.close()
 
