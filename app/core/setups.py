@@ -128,8 +128,6 @@ class Param:
             raise bad(f"{self.name} must be one of {', '.join(self.choices)}, got {raw!r}")
         if self.type in (int, float):
             lo, hi = self.min, self.max
-            if self.type is int and lo == 1 and hi is None and v < 1:
-                raise bad(f"{self.name} must be > 0, got {v}")
             if lo is not None and hi is not None and (v < lo or (v >= hi if self.max_exclusive else v > hi)):
                 close = ")" if self.max_exclusive else "]"
                 raise bad(f"{self.name} must be in [{self.format(lo)}, {self.format(hi)}{close}, got {self.format(v)}")
@@ -233,14 +231,12 @@ class SetupKind:
 
     # --- strings ------------------------------------------------------------------------------------
     def syntax(self) -> str:
-        """`draft:<engine>[,k=4][,…]` as the grammar shows it."""
-        if self.engine is None and not self.params:
-            return self.prefix
-        head = self.prefix + (":<engine>" if self.engine is not None else "")
-        opts = "".join(f"[,{p.syntax()}]" for p in self.params)
-        if self.engine is None:
-            return f"{self.prefix}[:{opts[2:-1]}]" if len(self.params) == 1 else f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]"
-        return head + opts
+        """`draft:<engine>[,k=4][,…]` or `ngram[:n=3,k=8]` as the grammar shows it."""
+        if self.engine is not None:
+            return f"{self.prefix}:<engine>" + "".join(f"[,{p.syntax()}]" for p in self.params)
+        if self.params:
+            return f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]"
+        return self.prefix
 
     def label(self, setup: Any) -> str:
         parts = []

@@ -33,6 +33,7 @@ class Engine(Protocol):
     eos_ids: frozenset[int]
     device: str
     dtype: str
+    context_length: int | None  # positions for prompt + generated tokens (None: unknown; the scheduler checks it)
 
     def encode_prompt(self, text: str, chat: bool = True) -> list[int]: ...
 

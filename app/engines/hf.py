@@ -237,6 +237,8 @@ class HFEngine(TokenizerMixin):
         self.model.eval()
         cfg = self.model.config
         self.vocab_size = _vocab_rows(self.model)
+        n = getattr(cfg, "max_position_embeddings", None)
+        self.context_length: int | None = n if isinstance(n, int) and n > 0 else None  # positions: prompt + generated
         self.packed_linears = self.int8_linears = 0
         self.int8_tv = None
         if quant:

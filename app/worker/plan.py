@@ -118,11 +118,6 @@ class RunPlan:
         """(engine, precision) of every draft model the setups load beside the target, once each."""
         return tuple(dict.fromkeys(d for s in self.setups for d in parse_setup(s).draft_engines))
 
-    @property
-    def uses_target(self) -> bool:
-        """False when every setup runs its own engine (e.g. only `trtllm:` lanes)."""
-        return any(parse_setup(s).lane_engine is None for s in self.setups)
-
     # --- commands -----------------------------------------------------------------------------------------
     @property
     def warmup_run_id(self) -> str:

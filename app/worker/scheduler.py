@@ -41,13 +41,9 @@ class PoolEnv:
 
 
 def context_length(engine) -> int | None:
-    """Positions the engine can attend to (prompt + generated), when it says: `context_length`, else the HF
-    config's `max_position_embeddings`; None when unknown."""
+    """Positions the engine can attend to (prompt + generated), when it says (`context_length`); None: unknown."""
     n = getattr(engine, "context_length", None)
-    if n is None:
-        cfg = getattr(getattr(engine, "model", None), "config", None)
-        n = getattr(cfg, "max_position_embeddings", None)
-    return int(n) if isinstance(n, int) and n > 0 else None
+    return n if isinstance(n, int) and n > 0 else None
 
 
 def check_context(engine, prompt_tokens: int, max_new_tokens: int) -> None:
