@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from app.core.errors import SetupError
-from app.core.events import LaneStarted, RunDone, RunError, StepEvent
+from app.core.events import RunDone, RunError, StepEvent
 from app.core.metrics import LaneStats
 from app.core.prompts import Prompt
 from app.core.report import attach_baseline, build_report
@@ -90,7 +91,7 @@ class RunPlan:
         p = prompt or self.prompts[0]
         return f"{p.id}#{repeat}/L{setup_index + 1}"
 
-    @property
+    @cached_property
     def lanes(self) -> tuple[LaneSpec, ...]:
         """Every recorded lane, prompt by prompt, repeat by repeat, setups in order; one group per prompt × repeat
         (interleaved mode advances a group's lanes side by side)."""
@@ -154,7 +155,6 @@ class RunResults:
         self.stats: dict[str, LaneStats] = {}
         self.errors: dict[str | None, RunError] = {}
         self.cancelled: set[str] = set()
-        self.started: set[str] = set()
         self.tokens = 0
         self.t0 = time.perf_counter()
         self.t_end: float | None = None
@@ -167,8 +167,6 @@ class RunResults:
             return
         if isinstance(ev, StepEvent):
             self.tokens += len(ev.emitted_ids)
-        elif isinstance(ev, LaneStarted):
-            self.started.add(ev.lane_id)
         elif isinstance(ev, RunDone):
             if isinstance(ev.stats, LaneStats):
                 self.stats[ev.lane_id] = ev.stats
@@ -186,17 +184,15 @@ class RunResults:
     def total(self) -> int:
         return len(self._order)
 
-    def completed(self, include_cancelled: bool = False) -> list[LaneStats]:
-        """Stats of finished lanes in plan order (baseline comparisons filled in where the baseline finished)."""
-        ids = sorted((lid for lid in self.stats if include_cancelled or lid not in self.cancelled), key=lambda x: self._order.get(x, 1 << 30))
-        ordered = [self.stats[lid] for lid in ids]
-        rank = {s: i for i, s in enumerate(parse_setup(x).label for x in self.plan.setups)}
-        return sorted(attach_baseline(ordered), key=lambda r: rank.get(r.setup, len(rank)))
-
     def by_lane(self) -> dict[str, LaneStats]:
-        """lane id → stats with baseline comparisons, for lanes that completed (not cancelled)."""
+        """lane id → stats with baseline comparisons, in plan order, for lanes that completed (not cancelled)."""
         ids = [lid for lid in sorted(self.stats, key=lambda x: self._order.get(x, 1 << 30)) if lid not in self.cancelled]
         return dict(zip(ids, attach_baseline([self.stats[i] for i in ids]), strict=True))
+
+    def completed(self) -> list[LaneStats]:
+        """Stats of completed lanes, setup by setup in the plan's order (baseline comparisons filled in)."""
+        rank = {s: i for i, s in enumerate(parse_setup(x).label for x in self.plan.setups)}
+        return sorted(self.by_lane().values(), key=lambda r: rank.get(r.setup, len(rank)))
 
     @property
     def all_completed(self) -> bool:
