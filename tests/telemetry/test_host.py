@@ -152,8 +152,10 @@ def test_back_to_back_samples_of_a_busy_process_stay_within_the_machine():
     vals = []
     try:
         reader.prime({"me": os.getpid()})
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
+        # At least a second and 30 samples, whichever comes later (a loaded 2-core CI machine, with the burning
+        # thread holding the GIL, managed 48 in one second); at most 10 s.
+        start = time.monotonic()
+        while time.monotonic() - start < 10.0 and (time.monotonic() - start < 1.0 or len(vals) < 30):
             s = reader.sample({"me": os.getpid()})
             vals.append((s.proc("me").cpu_pct, s.cpu_pct))
     finally:
@@ -162,7 +164,7 @@ def test_back_to_back_samples_of_a_busy_process_stay_within_the_machine():
     cores = psutil.cpu_count() or 1
     procs = [p for p, _ in vals if not math.isnan(p)]
     system = [c for _, c in vals if not math.isnan(c)]
-    assert len(vals) > 50 and procs and system
+    assert len(vals) >= 30 and procs and system
     assert max(procs) <= 100.0 * cores and min(procs) >= 0.0
     assert max(system) <= 100.0 and min(system) >= 0.0
     assert procs[-1] > 5.0  # the burning thread shows (measured over WINDOW_S, not over one sample)
