@@ -19,7 +19,7 @@ DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 l
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+.PHONY: trtllm-env run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
 
 run: deps models-qwen deb-gui
 	@$(PY) -m app convert $(QWEN_DRAFT)
@@ -56,6 +56,19 @@ screenshots: deps models-qwen deb-gui
 # a GUI screenshot with GPU plots, TensorRT-LLM lanes when installed; one summary. Without a GPU it says so, exit 0.
 gpu-check: deps models-test deb-test
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.gpu_check --out out/gpu-check --budget-s 280
+
+# TensorRT-LLM (1.2) cannot live in .venv: it pins torch 2.9.x / transformers 4.57.3 and has wheels for Python
+# 3.10/3.12. On a Linux machine with a CUDA 13 driver, this makes .venv-trtllm, which trtllm engines use by default
+# (their lanes run in a second worker started from it; see README, TensorRT-LLM). Needs: apt-get install libopenmpi-dev.
+TRTLLM_PYTHON ?= python3.12
+TRTLLM_VENV ?= .venv-trtllm
+trtllm-env:
+	$(TRTLLM_PYTHON) -m venv $(TRTLLM_VENV)
+	$(TRTLLM_VENV)/bin/python -m pip --disable-pip-version-check -q install --upgrade pip setuptools wheel
+	$(TRTLLM_VENV)/bin/python -m pip --disable-pip-version-check install torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130
+	$(TRTLLM_VENV)/bin/python -m pip --disable-pip-version-check install -r resources/trtllm/requirements.txt
+	PYTHONPATH=. $(TRTLLM_VENV)/bin/python -c "from app.engines.trtllm.capability import capability; ok, why = capability(); \
+	  print('TensorRT-LLM usable in $(TRTLLM_VENV)' if ok else 'TensorRT-LLM NOT usable: ' + why); raise SystemExit(0 if ok else 1)"
 
 lint: deps
 	@rc=0; echo "ruff check app tests"; $(BIN)/ruff check app tests || rc=1; echo "mypy"; $(BIN)/mypy || rc=1; exit $$rc

@@ -209,14 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from app.engines.trtllm import capability
+    from app.engines.status import scan_status
 
-    trt = capability()
-    trt_engines: list[str] = []
-    if trt[0]:
-        from app.engines.status import all_status
-
-        trt_engines = [s.name for s in all_status() if s.backend == "trtllm" and s.usable]
+    # each trtllm engine is checked in the environment its worker runs in (.venv-trtllm from `make trtllm-env`)
+    trt_status = [s for s in scan_status()[0] if s.backend == "trtllm"]
+    trt_engines = [s.name for s in trt_status if s.usable]
+    trt = (True, "") if trt_engines else (False, trt_status[0].reason if trt_status else "no trtllm manifests")
     parts = plan_parts(out, trtllm=trt, trt_engines=trt_engines)
     print(f"gpu-check: {words}; {sum(not p.skip for p in parts)} parts to run, reports in {out}", flush=True)
     from app.telemetry.sampler import TelemetrySampler

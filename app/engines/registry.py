@@ -7,7 +7,8 @@ A manifest names a backend (`hf` | `trtllm`), a weight source and defaults (dtyp
   PyPI distribution (located through its RECORD, without importing it).
 * `gguf_parts = [...]`: raw chunks joined in order into one GGUF (each a path or `package:` reference).
 
-`size` and `sha256` (of the whole GGUF) are checked before converting. An engine argument is a manifest name,
+`size` and `sha256` (of the whole GGUF) are checked before converting. A top-level `python = "<interpreter>"` runs
+the engine's lanes in a worker started from that environment (app.engines.environments). An engine argument is a manifest name,
 a path to a manifest, a `.gguf` file or an HF folder.
 """
 
@@ -35,7 +36,7 @@ __all__ = [
 
 REPO_ENGINES = Path(__file__).resolve().parents[2] / "engines"
 
-_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer"}
+_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer", "python"}
 _SOURCE_KEYS = {"hf_dir", "gguf", "gguf_parts", "size", "sha256", "model", "engine_dir"}
 _BACKENDS = ("hf", "trtllm")
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -152,7 +153,7 @@ def load_manifest(path: Path) -> EngineManifest:
     dtype = data.get("dtype", "float32")
     if dtype not in _DTYPES:
         raise bad(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    device = data.get("device", "cpu")
+    device = data.get("device", "cuda" if backend == "trtllm" else "cpu")
     if device not in _DEVICES:
         raise bad(f"device must be one of {', '.join(_DEVICES)}, got {device!r}")
     src = data.get("source")
@@ -185,7 +186,10 @@ def load_manifest(path: Path) -> EngineManifest:
     requires = data.get("requires", [])
     if not isinstance(requires, list):
         raise bad("requires must be a list of pip requirements")
-    extra = {k: v for k, v in data.items() if k in ("trtllm", "tokenizer")}
+    py = data.get("python")
+    if py is not None and (not isinstance(py, str) or not py):
+        raise bad("python must be the path of an interpreter (the environment this engine's worker runs in)")
+    extra = {k: v for k, v in data.items() if k in ("trtllm", "tokenizer", "python")}
     if kind in ("model", "engine_dir"):
         extra = {**extra, **{k: src[k] for k in ("model", "engine_dir") if k in src}}
     return EngineManifest(

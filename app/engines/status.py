@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.core.errors import EngineError
 from app.engines.registry import EngineManifest, ManifestProblem, list_manifests, scan_manifests
 
-__all__ = ["EngineStatus", "engine_status", "all_status", "scan_status", "backend_status", "compatible"]
+__all__ = ["EngineStatus", "engine_status", "all_status", "scan_status", "backend_status", "manifest_backend_status", "compatible"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,32 @@ def backend_status(backend: str) -> tuple[bool, str]:
     return False, f"unknown backend {backend!r}"
 
 
+def manifest_backend_status(m: EngineManifest) -> tuple[bool, str]:
+    """backend_status, asked in the environment the engine's worker runs in (app.engines.environments): an
+    engine whose manifest (or $SPECDECK_TRTLLM_PYTHON, or .venv-trtllm) names another interpreter is checked by
+    that interpreter, once per interpreter."""
+    from app.engines.environments import foreign_call, worker_python
+
+    try:
+        python = worker_python(m)
+    except EngineError as e:
+        return False, str(e).splitlines()[0]
+    if python is None:
+        return backend_status(m.backend)
+    if m.backend != "trtllm":
+        return True, ""
+    try:
+        answer: Any = foreign_call(python, "app.engines.trtllm.capability", "capability")
+    except EngineError as e:
+        return False, str(e).splitlines()[0]
+    usable, reason = answer
+    return bool(usable), (f"in {python}: {reason}" if reason else "")
+
+
 def engine_status(m: EngineManifest) -> EngineStatus:
     from app.engines.cache import is_cached, weights_present
 
-    ok, why = backend_status(m.backend)
+    ok, why = manifest_backend_status(m)
     if m.backend == "hf":
         cached = is_cached(m)
         present, pwhy = weights_present(m)

@@ -1,4 +1,4 @@
-"""Thin Qt bridge over :class:`app.worker.client.WorkerClient`.
+"""Thin Qt bridge over :class:`app.worker.group.WorkerGroup` (WorkerClient's interface).
 
 The client's draining thread hands every event to :meth:`WorkerBridge._on_event`, which stamps it with the
 receipt time (``time.monotonic()``) and appends it to a lock-free deque; one queued wake-up call per burst
@@ -17,14 +17,15 @@ from collections import deque
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.core.events import RunError
-from app.worker.client import WorkerClient
+from app.worker.group import WorkerGroup
 from app.worker.messages import Cancel, RunFinished, RunLanes, WorkerDied, WorkerReady
 
 __all__ = ["WorkerBridge"]
 
 
 class WorkerBridge(QObject):
-    """Owns one WorkerClient; emits worker events as Qt signals on the GUI thread.
+    """Owns one WorkerGroup (SpecDeck's worker, plus workers in other environments when a run needs them);
+    emits worker events as Qt signals on the GUI thread.
 
     Signals:
         event(object, float): every event (app.core.events and the worker messages) and its receipt time on
@@ -37,10 +38,10 @@ class WorkerBridge(QObject):
 
     _wake = Signal()
 
-    def __init__(self, parent: QObject | None = None, client_factory=WorkerClient) -> None:
+    def __init__(self, parent: QObject | None = None, client_factory=WorkerGroup) -> None:
         super().__init__(parent)
         self._client_factory = client_factory
-        self.client: WorkerClient | None = None
+        self.client: WorkerGroup | None = None
         self._inbox: deque = deque()
         self._wake_pending = threading.Event()
         self._starting = False
@@ -76,7 +77,7 @@ class WorkerBridge(QObject):
         self.client = client
         threading.Thread(target=self._start, args=(client,), daemon=True, name="specdeck-worker-start").start()
 
-    def _start(self, client: WorkerClient) -> None:
+    def _start(self, client: WorkerGroup) -> None:
         try:
             client.start()
         except Exception as e:  # WorkerDiedError: the client already delivered WorkerDied; say why anyway

@@ -48,7 +48,7 @@ from app.ui.setup_dock import MAX_LANES, WARMUP_TOKENS, SetupPanel
 from app.ui.setup_editor import engine_name, fill_engine_combo
 from app.ui.status_bar import RunStatusBar
 from app.ui.theme import DARK, LIGHT, apply_palette
-from app.worker.client import WorkerClient
+from app.worker.group import WorkerGroup
 from app.worker.plan import RunPlan
 
 __all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan", "TELEMETRY_HZ"]
@@ -90,7 +90,7 @@ class MainWindow(QMainWindow):
     runEnded = Signal(str)
 
     def __init__(self, settings: QSettings | None = None, session: Session | None = None, statuses=None, telemetry: bool = True,
-                 client_factory=WorkerClient, manifest_problems=None) -> None:
+                 client_factory=WorkerGroup, manifest_problems=None) -> None:
         super().__init__()
         self.setWindowTitle("SpecDeck — speculative decoding, side by side")
         self.settings = settings if settings is not None else QSettings("SpecDeck", "SpecDeck")

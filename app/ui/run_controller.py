@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.core.events import RunError
 from app.ui.bridge import WorkerBridge
 from app.ui.sinks import RunSink, WorkerSilence
-from app.worker.client import WorkerClient
+from app.worker.group import WorkerGroup
 from app.worker.messages import Heartbeat, RunFinished, WorkerDied, WorkerReady
 from app.worker.plan import RunPlan, RunResults
 
@@ -46,7 +46,7 @@ class RunController(QObject):
     runEnded = Signal(str)
     workerState = Signal(str, str)
 
-    def __init__(self, parent: QObject | None = None, sinks: Iterable[RunSink] = (), client_factory=WorkerClient,
+    def __init__(self, parent: QObject | None = None, sinks: Iterable[RunSink] = (), client_factory=WorkerGroup,
                  silent_s: float = SILENT_S) -> None:
         super().__init__(parent)
         self.bridge = WorkerBridge(self, client_factory=client_factory)

@@ -4,6 +4,12 @@ Events arrive on a draining thread (event-driven: it blocks in `multiprocessing.
 event pipe and the process sentinel), which puts them on a queue and calls `on_event` when given.
 If the worker dies, one `WorkerDied` event names the exit code or signal within milliseconds; everything
 received before it stays received, and `start()` can bring up a new worker.
+
+A worker normally is a `multiprocessing` spawn child of SpecDeck's own interpreter. With `python=<interpreter>`
+it is started from another Python environment instead (an engine that cannot live in SpecDeck's, e.g.
+TensorRT-LLM: app.engines.environments): `<python> -m app.worker.entry` with this checkout on PYTHONPATH, which
+connects back over two authenticated Unix sockets (multiprocessing.connection) and then speaks the same pickled
+messages. Its stderr is passed through, and the last lines are kept for the error when it fails to start.
 """
 
 from __future__ import annotations
@@ -11,11 +17,16 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection, Listener, wait
 
 from app.core.errors import WorkerDiedError
 from app.worker.messages import Command, Shutdown, WorkerDied, WorkerReady
@@ -44,6 +55,61 @@ def describe_exit(exitcode: int | None) -> str:
     return f"worker process exited with code {exitcode}"
 
 
+class _ExternalProcess:
+    """A worker started from another interpreter (subprocess.Popen), with the few methods of
+    multiprocessing.Process the client uses; `sentinel` is a pidfd that becomes readable when it exits."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.sentinel = os.pidfd_open(popen.pid)
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        self._relay = threading.Thread(target=self._pass_stderr, daemon=True, name="specdeck-worker-stderr")
+        self._relay.start()
+
+    def _pass_stderr(self) -> None:
+        stream = self.popen.stderr
+        if stream is None:
+            return
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace")
+            self.stderr_tail.append(line.rstrip())
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.popen.returncode is not None:
+            self._relay.join(1.0)
+
+    def terminate(self) -> None:
+        if self.is_alive():
+            self.popen.terminate()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self.popen.kill()
+
+    def close(self) -> None:
+        try:
+            os.close(self.sentinel)
+        except OSError:
+            pass
+
+
 class WorkerClient:
     """Start, feed, drain and stop a worker process.
 
@@ -51,13 +117,15 @@ class WorkerClient:
         on_event: called on the draining thread with each event (the Qt bridge re-emits it as a signal).
         queue_events: also put events on `events` for blocking readers (`get`); a sink that only uses
             `on_event` passes False so nothing accumulates (start-up events are queued regardless).
+        python: start the worker from this interpreter (another environment) instead of SpecDeck's own.
     """
 
-    def __init__(self, on_event: Callable[[object], None] | None = None, queue_events: bool = True) -> None:
+    def __init__(self, on_event: Callable[[object], None] | None = None, queue_events: bool = True, python: str | None = None) -> None:
         self.on_event = on_event
         self.queue_events = queue_events
+        self.python = python
         self.events: queue.Queue = queue.Queue()
-        self.proc: mp.process.BaseProcess | None = None
+        self.proc: mp.process.BaseProcess | _ExternalProcess | None = None
         self._cmd: Connection | None = None  # commands to the worker
         self._evt: Connection | None = None  # events from the worker (read by the drain thread)
         self._thread: threading.Thread | None = None
@@ -83,23 +151,26 @@ class WorkerClient:
         if self.alive:
             assert self.ready is not None
             return self.ready
-        ctx = mp.get_context("spawn")
-        cmd_r, cmd_w = ctx.Pipe(duplex=False)
-        evt_r, evt_w = ctx.Pipe(duplex=False)
-        from app.worker import entry
-
-        self.proc = ctx.Process(target=entry.main, args=(cmd_r, evt_w, os.getpid(), time.time()), name="specdeck-worker", daemon=True)
         self.died = None
         self.ready = None
         self._stopping = False
         self.events = queue.Queue()
-        self.proc.start()
-        cmd_r.close()
-        evt_w.close()
-        self._cmd, self._evt = cmd_w, evt_r
-        self._thread = threading.Thread(target=self._drain, args=(evt_r, self.proc), daemon=True, name="specdeck-drain")
-        self._thread.start()
         deadline = time.monotonic() + timeout
+        if self.python is None:
+            ctx = mp.get_context("spawn")
+            cmd_r, cmd_w = ctx.Pipe(duplex=False)
+            evt_r, evt_w = ctx.Pipe(duplex=False)
+            from app.worker import entry
+
+            self.proc = ctx.Process(target=entry.main, args=(cmd_r, evt_w, os.getpid(), time.time()), name="specdeck-worker", daemon=True)
+            self.proc.start()
+            cmd_r.close()
+            evt_w.close()
+            self._cmd, self._evt = cmd_w, evt_r
+        else:
+            self._cmd, self._evt = self._start_external(self.python, deadline)
+        self._thread = threading.Thread(target=self._drain, args=(self._evt, self.proc), daemon=True, name="specdeck-drain")
+        self._thread.start()
         held = []
         try:
             while True:
@@ -108,7 +179,7 @@ class WorkerClient:
                     self.ready = ev
                     return ev
                 if isinstance(ev, WorkerDied):
-                    raise WorkerDiedError(ev.message, fix="see the log above; run again to restart the worker")
+                    raise WorkerDiedError(ev.message + self._stderr_tail(), fix="see the log above; run again to restart the worker")
                 held.append(ev)
         except queue.Empty:
             self.kill()
@@ -116,6 +187,67 @@ class WorkerClient:
         finally:
             for ev in held:
                 self.events.put(ev)
+
+    def _stderr_tail(self) -> str:
+        tail = list(getattr(self.proc, "stderr_tail", ()))
+        return (":\n  " + "\n  ".join(tail[-6:])) if tail else ""
+
+    def _start_external(self, python: str, deadline: float) -> tuple[Connection, Connection]:
+        """Start `<python> -m app.worker.entry` and accept its two connections (commands, then events).
+
+        Raises:
+            WorkerDiedError: the interpreter cannot start, or the worker exits or stays silent before connecting.
+        """
+        from app.engines.environments import worker_env
+
+        key = os.urandom(32)
+        folder = tempfile.mkdtemp(prefix="specdeck-worker-")
+        address = os.path.join(folder, "socket")
+        listener = Listener(address, family="AF_UNIX", authkey=key)
+        env = worker_env({"SPECDECK_WORKER_ADDRESS": address, "SPECDECK_WORKER_PARENT": str(os.getpid())})
+        try:
+            popen = subprocess.Popen([python, "-m", "app.worker.entry"], env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as e:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            raise WorkerDiedError(f"cannot start a worker with {python}: {e}", fix="check the engine's python setting (or $SPECDECK_TRTLLM_PYTHON)") from None
+        self.proc = proc = _ExternalProcess(popen)
+        assert popen.stdin is not None
+        try:
+            popen.stdin.write(key.hex().encode() + b"\n")  # the key travels on a pipe, never in argv or the environment
+            popen.stdin.close()
+        except OSError:
+            pass
+        conns: list[Connection] = []
+        failure: list[BaseException] = []
+
+        def accept() -> None:
+            try:
+                for _ in range(2):
+                    conns.append(listener.accept())
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failure.append(e)
+
+        th = threading.Thread(target=accept, daemon=True, name="specdeck-worker-accept")
+        th.start()
+        try:
+            while th.is_alive() and proc.is_alive() and time.monotonic() < deadline:
+                th.join(0.05)
+            if len(conns) == 2:
+                return conns[0], conns[1]
+            proc.kill()
+            proc.join(2.0)
+            if proc.exitcode is not None and not failure:
+                why = f"{describe_exit(proc.exitcode)} before connecting"
+            elif failure:
+                why = f"connection failed: {failure[0]}"
+            else:
+                why = "it did not connect in time"
+            raise WorkerDiedError(f"the worker started with {python} failed: {why}{self._stderr_tail()}",
+                                  fix="run `<python> -c 'import app.worker.entry'` with this checkout on PYTHONPATH to see why")
+        finally:
+            listener.close()  # unblocks a pending accept
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _drain(self, conn, proc) -> None:
         while True:
@@ -203,6 +335,8 @@ class WorkerClient:
                 pass
         code = self.proc.exitcode
         self._cmd = self._evt = None
+        if isinstance(self.proc, _ExternalProcess):
+            self.proc.close()
         return code
 
     def kill(self) -> None:

@@ -1,4 +1,11 @@
-"""Worker process entry (spawn-started). Imports no Qt; torch and the engines load on first use."""
+"""Worker process entry. Imports no Qt; torch and the engines load on first use.
+
+Started two ways: as a `multiprocessing` spawn child of SpecDeck's interpreter (`main` with two pipes), or from
+another Python environment as `python -m app.worker.entry` (app.worker.client, `python=`): it then reads the
+socket address and parent pid from $SPECDECK_WORKER_ADDRESS / $SPECDECK_WORKER_PARENT and the auth key from the
+first line of stdin, connects twice (commands, then events) and runs the same `main`. torch is optional there
+(an environment may hold only what its backend needs).
+"""
 
 from __future__ import annotations
 
@@ -57,17 +64,25 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
         with send_lock:
             evt_conn.send(ev)
 
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # an environment started for a backend that does not need it
+        torch = None
     try:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover
+    except Exception:  # pragma: no cover - transformers is optional in another environment too
         pass
-    dev = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
-    emit(WorkerReady(pid=os.getpid(), startup_s=time.time() - t_spawn, torch_version=torch.__version__, device_info=dev))
+    if torch is None:
+        dev, torch_version = f"cpu ({os.cpu_count()} logical CPUs; no torch in {sys.prefix})", "none"
+    else:
+        dev = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+        torch_version = torch.__version__
+    if sys.executable and os.environ.get("SPECDECK_WORKER_ADDRESS"):
+        dev += f", python {sys.version.split()[0]} at {sys.executable}"
+    emit(WorkerReady(pid=os.getpid(), startup_s=time.time() - t_spawn, torch_version=torch_version, device_info=dev))
 
     def heartbeat() -> None:
         while True:
@@ -160,3 +175,20 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
         except Exception:
             pass
         sys.stdout.flush()
+
+
+def _connect_main() -> None:
+    """`python -m app.worker.entry`: a worker started from another environment (see the module docstring)."""
+    t_spawn = time.time()
+    from multiprocessing.connection import Client
+
+    address = os.environ["SPECDECK_WORKER_ADDRESS"]
+    parent = int(os.environ.get("SPECDECK_WORKER_PARENT", os.getppid()))
+    key = bytes.fromhex(sys.stdin.readline().strip())
+    cmd_conn = Client(address, family="AF_UNIX", authkey=key)
+    evt_conn = Client(address, family="AF_UNIX", authkey=key)
+    main(cmd_conn, evt_conn, parent, t_spawn)
+
+
+if __name__ == "__main__":
+    _connect_main()
