@@ -213,22 +213,24 @@ class _Bench:
     """One `bench`: a worker client driven through load → warm-up → run, with progress on stderr."""
 
     def __init__(self, plan, quiet: bool) -> None:
-        from app.worker.client import WorkerClient
+        from app.worker.group import WorkerGroup
         from app.worker.plan import RunResults
 
         self.plan = plan
         self.quiet = quiet
         self.bar = _Bar(quiet)
-        self.client = WorkerClient()
+        self.client = WorkerGroup()
         self.results = RunResults(plan)
         self.silence_s = float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30"))
         self.device, self.dtype = plan.device or "auto", plan.dtype or "auto"
 
     def progress(self, ev) -> None:
-        from app.core.events import Progress
+        from app.core.events import LogEvent, Progress
 
         if isinstance(ev, Progress):
             self.bar(ev.task, ev.done, ev.total, ev.unit)
+        elif isinstance(ev, LogEvent) and ev.level in ("info", "warning", "error"):
+            self.say(f"{'' if ev.level == 'info' else ev.level + ': '}{ev.message}")
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -390,7 +392,7 @@ def render_summary(doc: dict) -> str:
                 _fmt(s["speedup"], ".2f") + ("x" if s["speedup"] is not None else "")
                 + ("!" if s["speedup"] is not None and (stalled & {s["setup"], "baseline"}) else ""),
                 _fmt(s["theoretical_speedup"], ".2f") + ("x" if s["theoretical_speedup"] is not None else ""),
-                _fmt(s["acceptance_rate"], ".2f"),
+                ("~" if "streamed" in s.get("counts_source", "") and s["acceptance_rate"] is not None else "") + _fmt(s["acceptance_rate"], ".2f"),
                 _fmt(s["mean_accepted_len"], ".2f"),
                 _fmt(s["mean_k"], ".1f") if s["mean_k"] else "–",
                 _fmt(s["c"], ".3f"),
@@ -406,6 +408,11 @@ def render_summary(doc: dict) -> str:
     )
     if stalled:
         table += "\n! a lane's clock includes a stall (the worker was stopped or starved): that speedup is not trustworthy"
+    if any("streamed" in s.get("counts_source", "") for s in doc["summary"]):
+        table += "\n~ α inferred from streamed chunk sizes (k drafts assumed per iteration), not counted by the engine"
+    for s in doc["summary"]:
+        for note in s.get("notes") or ():
+            table += f"\nnote: {s['setup']}: {note}"
     by_cat = render_categories(doc)
     return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
 

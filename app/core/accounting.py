@@ -133,6 +133,7 @@ class LaneRecorder:
         self.stall_s = 0.0  # wall time of steps during which the process barely ran (stopped, swapped, starved)
         self._cpu0: float | None = None
         self._overrides: dict = {}
+        self.notes: list[str] = []  # said once each in LaneStats.notes (see note())
 
     # --- state --------------------------------------------------------------------------------------
     @property
@@ -269,11 +270,17 @@ class LaneRecorder:
         return ev
 
     # --- the end ------------------------------------------------------------------------------------
+    def note(self, text: str) -> None:
+        """Something the reader of this lane's results must know (kept once, in LaneStats.notes)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
     def override(self, **fields) -> None:
         """Replace measured totals in the final stats, for runners that know better: `wall_s` and `ttft_s` of a
         reference lane timed around the library call, or (`drafted`, `accepted`) from a backend's per-request
-        counters; `reference=True` for token-only lanes."""
-        allowed = {"wall_s", "ttft_s", "prefill_s", "drafted", "accepted", "reference", "t_draft_s", "t_verify_s"}
+        counters (with `counts_source="engine"`, or "streamed" when inferred from streamed chunks); `reference=True`
+        for token-only lanes."""
+        allowed = {"wall_s", "ttft_s", "prefill_s", "drafted", "accepted", "reference", "t_draft_s", "t_verify_s", "counts_source"}
         bad = set(fields) - allowed
         if bad:
             raise TypeError(f"cannot override {sorted(bad)}")
@@ -305,6 +312,7 @@ class LaneRecorder:
         first = acc.first
         d["step0_drafted"] = first.k if first is not None else 0
         d["stall_s"] = self.stall_s
+        d["notes"] = tuple(self.notes)
         d.update(self._overrides)
         return LaneStats(**d)
 

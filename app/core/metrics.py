@@ -51,6 +51,10 @@ class LaneStats:
     and `ttft_s` the time from the start of the lane to its first emitted token. `step0_drafted` counts the drafts
     the prompt forward verified (their cost is in prefill_s, so c and theory use the later steps only);
     `stall_s` is lane time during which the worker barely ran (stopped or starved): a speedup built on it is flagged.
+    `counts_source` says where `drafted`/`accepted` come from: "steps" (every step's drafts known), "streamed"
+    (inferred from streamed chunk sizes, assuming k drafts per iteration: TensorRT-LLM's counts-only lanes) or
+    "engine" (the backend's own per-request counters). `notes` are what the lane must tell the reader (e.g. a
+    backend that decoded greedily although sampling was asked).
     """
 
     setup: str
@@ -77,6 +81,8 @@ class LaneStats:
     reference: bool = False
     step0_drafted: int = 0
     stall_s: float = 0.0
+    counts_source: str = "steps"
+    notes: tuple[str, ...] = ()
 
     @property
     def tokens_per_s(self) -> float:
@@ -199,6 +205,8 @@ class SetupSummary:
     overhead_share: float
     ttft_s: float
     stall_s: float = 0.0  # lane time lost to stalls, summed over the setup's runs (and flagged in displays)
+    counts_source: str = "steps"  # where α's counts come from ("+"-joined when the runs differ), see LaneStats
+    notes: tuple[str, ...] = ()  # the runs' notes, once each
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -276,6 +284,8 @@ def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> li
                 overhead_share=max(0.0, wall - tp - td - tv) / wall if wall > 0 else float("nan"),
                 ttft_s=_mean(r.ttft_s for r in rs),
                 stall_s=sum(r.stall_s for r in rs),
+                counts_source="+".join(dict.fromkeys(r.counts_source for r in rs)),
+                notes=tuple(dict.fromkeys(n for r in rs for n in r.notes)),
             )
         )
     return out

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from app.core.accounting import LaneEngine, LaneRecorder, LaneRunner
-from app.core.errors import EngineError
+from app.core.errors import EngineError, SetupError
 from app.core.events import StepEvent
 from app.core.setups import Sampling
 
@@ -59,6 +59,16 @@ def _check_prompt(prompt_ids: list[int]) -> None:
         raise ValueError("empty prompt")
 
 
+GREEDY_ONLY_NOTE = (
+    "decoded greedily although sampling was asked: TensorRT-LLM's one-model {what} ignores temperature/top-p/top-k "
+    "unless the manifest's [trtllm] sets allow_advanced_sampling = true"
+)
+STREAMED_NOTE = (
+    "α and the draft counts are inferred from streamed chunk sizes (k drafts assumed per iteration): this "
+    "TensorRT-LLM reported no speculative-decoding counters{why}"
+)
+
+
 class _TRTLLMRunner:
     """Base of the three runners.
 
@@ -70,6 +80,22 @@ class _TRTLLMRunner:
     def __init__(self, engine: TRTLLMEngine) -> None:
         self.engine: LaneEngine = engine
         self.trt = engine
+
+    def _begin(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling) -> Sampling:
+        """Checks and notes common to the three runners; returns the validated sampling."""
+        _check_prompt(prompt_ids)
+        sampling = sampling.validated()
+        c = self.trt.config
+        if c.api == "runner" and c.kind == "medusa" and not sampling.greedy and sampling.temperature != 1.0:
+            raise SetupError(
+                f"TensorRT-LLM's Medusa samples at temperature 1.0 only (its examples/run.py asserts it); {sampling.temperature} was asked",
+                fix="use --temperature 1.0 (sampling) or 0 (greedy) for this lane",
+            )
+        if not sampling.greedy and c.greedy_only:
+            rec.note(GREEDY_ONLY_NOTE.format(what="MTP" if c.kind == "mtp" else "EAGLE-3"))
+        for n in getattr(self.trt, "notes", ()):
+            rec.note(n)
+        return sampling
 
 
 class CountsOnlySteps:
@@ -124,10 +150,9 @@ class LLMApiRunner(_TRTLLMRunner):
     """
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
-        _check_prompt(prompt_ids)
-        sampling = sampling.validated()
-        c = self.trt.config
-        steps = CountsOnlySteps(rec, c.max_draft_len if c.kind != "none" else 0)
+        sampling = self._begin(rec, prompt_ids, sampling)
+        k = self.trt.draft_len  # as TensorRT-LLM kept it (MTP: num_nextn_predict_layers)
+        steps = CountsOnlySteps(rec, k)
         t0 = rec.clock()
         req = self.trt.start_request(prompt_ids, sampling)
         try:
@@ -138,7 +163,10 @@ class LLMApiRunner(_TRTLLMRunner):
             rec.stop("eos")  # TensorRT-LLM stopped at end_id (the EOS token itself is not returned)
         counts = req.perf_counts()
         if counts:
-            rec.override(drafted=counts[0], accepted=counts[1])
+            rec.override(drafted=counts[0], accepted=counts[1], counts_source="engine")
+        elif k > 0:
+            rec.override(counts_source="streamed")
+            rec.note(STREAMED_NOTE.format(why=" (1.2.x leaves them at 0 on the PyTorch backend's default sampler)"))
 
 
 def _follow(rec: LaneRecorder, steps: CountsOnlySteps, chunks: Iterable[Sequence[int]], cancelled: Callable[[], bool],
@@ -168,9 +196,10 @@ class CppStreamRunner(_TRTLLMRunner):
     """
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
-        _check_prompt(prompt_ids)
-        sampling = sampling.validated()
-        steps = CountsOnlySteps(rec, self.trt.config.max_draft_len)
+        sampling = self._begin(rec, prompt_ids, sampling)
+        steps = CountsOnlySteps(rec, self.trt.draft_len)
+        rec.override(counts_source="streamed")
+        rec.note(STREAMED_NOTE.format(why=" (ModelRunnerCpp's streaming exposes none for ReDrafter/Medusa)"))
         t0 = rec.clock()
         stream = self.trt.stream(prompt_ids, sampling)
         try:
@@ -195,8 +224,7 @@ class CppDraftTargetRunner(_TRTLLMRunner):
     """
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
-        _check_prompt(prompt_ids)
-        sampling = sampling.validated()
+        sampling = self._begin(rec, prompt_ids, sampling)
         engine, clock = self.trt, rec.clock
         k_max = engine.config.max_draft_len
         seq = list(prompt_ids)

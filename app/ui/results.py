@@ -59,6 +59,14 @@ class ResultRow:
         return ("; ".join(parts) + " (the worker was stopped or starved of CPU): this speedup is not trustworthy; "
                 "rerun on a quiet machine")
 
+    def notes_tip(self) -> str:
+        """Where α's counts come from when not counted step by step, and the lane's notes ("" when none)."""
+        s = self.stats
+        parts = list(s.notes)
+        if s.counts_source == "engine":
+            parts.insert(0, "α from the engine's own per-request counters")
+        return "\n".join(parts)
+
     def values(self) -> list[tuple[str, float | str | None]]:
         s = self.stats
 
@@ -78,7 +86,8 @@ class ResultRow:
             (s.setup, s.setup),
             f(s.tokens_per_s, ".2f"),
             (f"{s.speedup:.2f}×" + ("!" if self.stalled else ""), s.speedup) if s.speedup is not None else ("!" if self.stalled else "—", None),
-            f(s.acceptance_rate, ".3f"),
+            (("~" + format(s.acceptance_rate, ".3f")) if s.counts_source == "streamed" else format(s.acceptance_rate, ".3f"), s.acceptance_rate)
+            if s.acceptance_rate is not None else ("—", None),
             f(s.mean_accepted_len, ".2f"),
             f(s.ttft_s, ".3f"),
             (f"{self.theo:.2f}×", self.theo) if self.theo is not None and math.isfinite(self.theo) else ("—", None),
@@ -238,6 +247,8 @@ class ResultsPanel(QWidget):
                     if j > 0:
                         it.setForeground(QBrush(QColor(self.theme.text)))
                     it.setFont(bold)
+                if COLUMNS[j] in ("α", "setup") and r.notes_tip():
+                    it.setToolTip(r.notes_tip())
                 if r.stalled and COLUMNS[j] in ("speedup", "tokens/s"):
                     it.setToolTip(r.stall_tip())
                     if COLUMNS[j] == "speedup":

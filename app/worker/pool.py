@@ -24,7 +24,7 @@ def open_engine(manifest: EngineManifest, device: str | None, dtype: str | None,
         try:
             from app.engines import trtllm
         except ImportError as e:  # pragma: no cover - module exists once the backend lands
-            raise EngineError(f"engine {manifest.name}: TensorRT-LLM backend unavailable ({e})", fix="pip install .[trtllm] on a CUDA machine") from None
+            raise EngineError(f"engine {manifest.name}: TensorRT-LLM backend unavailable ({e})", fix="make trtllm-env on a CUDA machine (README, TensorRT-LLM)") from None
         return trtllm.load_engine(manifest, device=device, dtype=dtype, progress=progress)
     raise EngineError(f"engine {manifest.name}: unknown backend {manifest.backend!r}", fix=f"edit {manifest.where}")
 

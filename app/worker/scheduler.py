@@ -47,17 +47,27 @@ def context_length(engine) -> int | None:
 
 
 def check_context(engine, prompt_tokens: int, max_new_tokens: int) -> None:
-    """Refuse a lane whose prompt plus token budget does not fit the engine's context window.
+    """Refuse a lane whose prompt plus token budget does not fit the engine's context window, or whose prompt
+    alone exceeds the engine's prompt limit (`max_prompt_tokens`, e.g. a built TensorRT engine's max_input_len).
 
     Raises:
         SetupError: with the numbers and the fix.
     """
+    name = getattr(engine, "name", "the engine")
+    most = getattr(engine, "max_prompt_tokens", None)
+    if isinstance(most, int) and most > 0 and prompt_tokens > most:
+        raise SetupError(
+            f"the prompt is {prompt_tokens:,} tokens: more than the {most:,} {name} accepts as input",
+            fix=f"shorten the prompt to at most {most:,} tokens (or rebuild/reload the engine with a larger input limit)",
+        )
     limit = context_length(engine)
     if limit is not None and prompt_tokens + max_new_tokens > limit:
         raise SetupError(
             f"the prompt is {prompt_tokens:,} tokens and up to {max_new_tokens:,} new tokens are asked: "
-            f"{prompt_tokens + max_new_tokens:,} > the {limit:,} positions of {getattr(engine, 'name', 'the engine')}",
-            fix=f"shorten the prompt to at most {max(0, limit - max_new_tokens):,} tokens or lower --max-new-tokens",
+            f"{prompt_tokens + max_new_tokens:,} > the {limit:,} positions of {name}",
+            fix=(f"lower --max-new-tokens to at most {limit - prompt_tokens:,}"
+                 + (f", or shorten the prompt to at most {limit - max_new_tokens:,} tokens" if limit > max_new_tokens else "")
+                 if prompt_tokens < limit else f"shorten the prompt to fewer than {limit:,} tokens"),
         )
 
 

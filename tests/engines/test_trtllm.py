@@ -101,10 +101,11 @@ def fake_trt(monkeypatch):
     from tensorrt_llm import _toy
 
     monkeypatch.setattr(_toy, "EOS_AT", None)
-    monkeypatch.setattr(_toy, "PERF_METRICS", True)
+    monkeypatch.setattr(_toy, "PERF_METRICS", "zeros")  # what 1.2.x reports on the PyTorch backend
     monkeypatch.setattr(_toy, "STREAM_K", 4)
     monkeypatch.setattr(_toy, "PERF_TOTALS", None)
     monkeypatch.setattr(_toy, "MAX_SEQ_LEN", None)
+    monkeypatch.setattr(_toy, "MAX_INPUT_LEN", 1024)
     tensorrt_llm.LLM.instances.clear()
     tensorrt_llm.runtime.ModelRunnerCpp.instances.clear()
     yield tensorrt_llm
@@ -191,7 +192,7 @@ def test_capability_here_says_not_installed():
     t0 = time.perf_counter()
     ok, why = trtllm.capability()
     assert time.perf_counter() - t0 < 0.5
-    assert not ok and why.startswith("not installed") and "pip install .[trtllm]" in why and "3.10/3.12" in why
+    assert not ok and why.startswith("not installed") and "make trtllm-env" in why and "3.10/3.12" in why
     from app.engines.status import backend_status
 
     assert backend_status("trtllm") == (False, why)
@@ -200,15 +201,8 @@ def test_capability_here_says_not_installed():
 @pytest.mark.parametrize(
     "spec, version, py, system, cuda, expect",
     [
-        (None, None, (3, 12), "Linux", True, "not installed (pip install .[trtllm] on Linux with CUDA; wheels for Python 3.10/3.12)"),
-        (
-            None,
-            None,
-            (3, 11),
-            "Linux",
-            True,
-            "not installed (pip install .[trtllm] on Linux with CUDA; wheels for Python 3.10/3.12; this is Python 3.11)",
-        ),
+        (None, None, (3, 12), "Linux", True, "not installed in"),
+        (None, None, (3, 11), "Linux", True, "not installed in"),
         (object(), "1.2.0", (3, 11), "Linux", True, "wrong Python 3.11 (TensorRT-LLM wheels exist for 3.10 and 3.12)"),
         (object(), "0.21.0", (3, 12), "Linux", True, "tensorrt_llm 0.21.0 is too old"),
         (object(), "1.2.0rc5", (3, 12), "Windows", True, "TensorRT-LLM needs Linux (this is Windows)"),
@@ -217,12 +211,49 @@ def test_capability_here_says_not_installed():
     ],
 )
 def test_capability_reasons(monkeypatch, spec, version, py, system, cuda, expect):
-    """Each reason, with find_spec / the distribution version / Python / OS / libcuda monkeypatched."""
+    """Each reason, with find_spec / the distribution version / Python / OS / libmpi / libcuda monkeypatched."""
     monkeypatch.setattr(CAPABILITY, "_find_spec", lambda name: spec)
     monkeypatch.setattr(CAPABILITY, "_dist_version", lambda name: version)
     monkeypatch.setattr(CAPABILITY, "_python_version", lambda: py)
     monkeypatch.setattr(CAPABILITY, "_system", lambda: system)
     monkeypatch.setattr(CAPABILITY, "_load_cuda_driver", lambda: cuda)
+    monkeypatch.setattr(CAPABILITY, "_load_mpi", lambda: True)
+    monkeypatch.setattr(CAPABILITY, "_requirement_mismatch", lambda: None)
+    ok, why = trtllm.capability()
+    assert ok == (expect == "")
+    assert why.startswith(expect) if expect else why == ""
+    if spec is None:
+        assert "make trtllm-env" in why and ("this is Python 3.11" in why) == (py == (3, 11))
+
+
+@pytest.mark.parametrize(
+    "installed, requires, mpi, expect",
+    [
+        ({"torch": "2.13.0", "transformers": "5.23.0", "tensorrt": "10.14.1"},
+         ["torch<=2.10.0a0,>=2.9.1", "transformers==4.57.3", "tensorrt~=10.14.1"], True, "torch 2.13.0 is installed but tensorrt_llm needs torch"),
+        ({"torch": "2.9.1", "transformers": "5.23.0", "tensorrt": "10.14.1"},
+         ["torch<=2.10.0a0,>=2.9.1", "transformers==4.57.3", "tensorrt~=10.14.1"], True, "transformers 5.23.0 is installed"),
+        ({"torch": "2.9.1", "transformers": "4.57.3"}, ["torch<=2.10.0a0,>=2.9.1", "transformers==4.57.3", "tensorrt~=10.14.1"], True,
+         "tensorrt is not installed"),
+        ({"torch": "2.9.1+cu130", "transformers": "4.57.3", "tensorrt": "10.14.1.48"},
+         ["torch<=2.10.0a0,>=2.9.1", "transformers==4.57.3", "tensorrt~=10.14.1", "mpi4py", "triton==3.5.1; sys_platform == 'win32'"], False,
+         "no MPI library"),
+        ({"torch": "2.9.1+cu130", "transformers": "4.57.3", "tensorrt": "10.14.1.48"},
+         ["torch<=2.10.0a0,>=2.9.1", "transformers==4.57.3", "tensorrt~=10.14.1"], True, ""),
+    ],
+)
+def test_capability_checks_the_pins_and_mpi(monkeypatch, installed, requires, mpi, expect):
+    """Installed beside SpecDeck's torch 2.13 / transformers 5, TensorRT-LLM 1.2 (torch <=2.10.0a0, transformers
+    ==4.57.3) is refused with the reason, before any import; likewise without the MPI library mpi4py needs.
+    (Distribution metadata, libmpi and libcuda are monkeypatched: TensorRT-LLM cannot be installed here.)"""
+    versions = {"tensorrt_llm": "1.2.0", **installed}
+    monkeypatch.setattr(CAPABILITY, "_find_spec", lambda name: object())
+    monkeypatch.setattr(CAPABILITY, "_dist_version", lambda name: versions.get(name))
+    monkeypatch.setattr(CAPABILITY.md, "requires", lambda name: requires)
+    monkeypatch.setattr(CAPABILITY, "_python_version", lambda: (3, 12))
+    monkeypatch.setattr(CAPABILITY, "_system", lambda: "Linux")
+    monkeypatch.setattr(CAPABILITY, "_load_mpi", lambda: mpi)
+    monkeypatch.setattr(CAPABILITY, "_load_cuda_driver", lambda: True)
     ok, why = trtllm.capability()
     assert ok == (expect == "")
     assert why.startswith(expect) if expect else why == ""
@@ -233,7 +264,7 @@ def test_load_engine_unusable_raises(tmp_path):
     m = _manifest(tmp_path, "e", {"decoding": "none"}, model="org/model")
     with pytest.raises(EngineError) as ei:
         trtllm.load_engine(m)
-    assert "not installed" in str(ei.value) and "fix:" in str(ei.value) and "pypi.nvidia.com" in str(ei.value)
+    assert "not installed" in str(ei.value) and "fix:" in str(ei.value) and "make trtllm-env" in str(ei.value)
 
 
 def test_cpu_device_refused(tmp_path, fake_trt):
@@ -259,13 +290,16 @@ def test_build_speculative_config_each_kind(tmp_path, fake_trt):
     ng = cfg({"decoding": "ngram", "max_draft_len": 5, "max_matching_ngram_size": 3})
     assert type(ng) is llmapi.NGramDecodingConfig and (ng.max_draft_len, ng.max_matching_ngram_size, ng.is_keep_all) == (5, 3, True)
     e3 = cfg({"decoding": "eagle3", "max_draft_len": 3, "speculative_model": "org/eagle3", "eagle3_one_model": False})
-    assert type(e3) is llmapi.Eagle3DecodingConfig and (e3.max_draft_len, e3.speculative_model, e3.eagle3_one_model) == (
-        3,
-        "org/eagle3",
-        False,
-    )
-    mtp = cfg({"decoding": "mtp", "num_nextn_predict_layers": 2})
-    assert type(mtp) is llmapi.MTPDecodingConfig and mtp.num_nextn_predict_layers == 2
+    # 1.2.0 has no Eagle3DecodingConfig: EAGLE-3 is EagleDecodingConfig with eagle3_one_model
+    assert not hasattr(llmapi, "Eagle3DecodingConfig")
+    assert type(e3) is llmapi.EagleDecodingConfig and (e3.max_draft_len, e3.speculative_model, e3.eagle3_one_model) == (3, "org/eagle3", False)
+    assert e3.allow_advanced_sampling is False
+    mtp = cfg({"decoding": "mtp", "num_nextn_predict_layers": 2, "max_draft_len": 5})
+    assert type(mtp) is llmapi.MTPDecodingConfig and mtp.num_nextn_predict_layers == 2 and mtp.max_draft_len == 2
+    adv = cfg({"decoding": "mtp", "allow_advanced_sampling": True})
+    assert adv.allow_advanced_sampling is True
+    with pytest.raises(EngineError, match="allow_advanced_sampling must be true or false"):
+        cfg({"decoding": "mtp", "allow_advanced_sampling": "yes"})
 
 
 def test_speculative_model_field_name_follows_the_class(fake_trt):
@@ -304,17 +338,19 @@ def _llm_engine(tmp_path, trt, **kw):
     return trtllm.load_engine(_manifest(tmp_path, "e3", trt, model="org/target"), tokenizer=ToyTokenizer(), **kw)
 
 
-def test_llm_lane_streamed_updates_become_steps(tmp_path, fake_trt):
+def test_llm_lane_streamed_updates_become_steps(tmp_path, fake_trt, monkeypatch):
     """Fake LLM API (GenerationResult streaming, 1.2 executor/result.py fields): each update of n new tokens is
     one step with accepted = n − 1 of k = max_draft_len, bonus when n − 1 == k; drafted_ids are () (rejected ids
-    unavailable); the request's perf metrics give LaneStats' drafted/accepted."""
+    unavailable); the request's perf metrics, when filled (TensorRT-LLM after PR #17082), give LaneStats'
+    drafted/accepted and say so (counts_source "engine")."""
     from tensorrt_llm import _toy
 
+    monkeypatch.setattr(_toy, "PERF_METRICS", "filled")
     eng = _llm_engine(
         tmp_path, {"decoding": "eagle3", "max_draft_len": 3, "speculative_model": "org/eagle3", "kv_cache_free_gpu_memory_fraction": 0.5}
     )
     llm = fake_trt.LLM.instances[-1]
-    assert llm.model == "org/target" and type(llm.speculative_config).__name__ == "Eagle3DecodingConfig"
+    assert llm.model == "org/target" and type(llm.speculative_config).__name__ == "EagleDecodingConfig"
     assert llm.kwargs["dtype"] == "bfloat16" and llm.kwargs["kv_cache_config"].free_gpu_memory_fraction == 0.5
     assert (eng.backend, eng.device, eng.vocab_size, eng.eos_ids) == ("trtllm", "cuda", 50, frozenset({2}))
     steps, st, done = _drain(_lane(eng, Sampling(max_new_tokens=20), lane_id="L", setup="trtllm:e3", prompt_id="p", repeat=1))
@@ -343,16 +379,24 @@ def test_llm_lane_streamed_updates_become_steps(tmp_path, fake_trt):
     assert (st.setup, st.prompt_id, st.repeat, done.lane_id, done.cancelled) == ("trtllm:e3", "p", 1, "L", False)
     assert st.ttft_s == st.prefill_s == steps[0].t_wall_s and st.wall_s == pytest.approx(sum(e.t_wall_s for e in steps))
     assert st.t_draft_s == 0.0 and st.draft_forwards == 0
+    assert st.counts_source == "engine" and st.notes == ()
 
 
 def test_llm_lane_without_perf_metrics_uses_step_counts(tmp_path, fake_trt, monkeypatch):
-    """When the request carries no speculative perf metrics, drafted = Σ k (k = max_draft_len), accepted = Σ (n − 1)."""
+    """When the request's speculative counters are zero (1.2.x: the PyTorch backend's TorchSampler never fills
+    them) or absent, they are "not reported": drafted = Σ k (k = max_draft_len), accepted = Σ (n − 1), and the
+    lane says its α is inferred from streamed chunks (counts_source "streamed" and a note)."""
     from tensorrt_llm import _toy
 
-    monkeypatch.setattr(_toy, "PERF_METRICS", False)
-    eng = _llm_engine(tmp_path, {"decoding": "draft_target", "max_draft_len": 4, "speculative_model": "org/draft"})
-    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=12)))
-    assert st.drafted == 4 * (len(steps) - 1) and st.accepted == sum(e.accepted_count for e in steps) == 12 - len(steps)
+    for mode in ("zeros", None):
+        monkeypatch.setattr(_toy, "PERF_METRICS", mode)
+        eng = _llm_engine(tmp_path, {"decoding": "draft_target", "max_draft_len": 4, "speculative_model": "org/draft"})
+        steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=12)))
+        assert st.drafted == 4 * (len(steps) - 1) and st.accepted == sum(e.accepted_count for e in steps) == 12 - len(steps)
+        assert st.drafted > 0 and st.acceptance_rate is not None and st.acceptance_rate > 0
+        assert st.counts_source == "streamed" and any("inferred from streamed chunk sizes" in n for n in st.notes)
+    zeros = fake_trt.LLM.instances[0].results[-1].outputs[0].request_perf_metrics.speculative_decoding
+    assert zeros.total_draft_tokens == 0  # the counters were there, and zero
 
 
 def test_llm_lane_perf_metrics_replace_step_estimate(tmp_path, fake_trt, monkeypatch):
@@ -360,6 +404,7 @@ def test_llm_lane_perf_metrics_replace_step_estimate(tmp_path, fake_trt, monkeyp
     the StepEvents keep the per-update counts."""
     from tensorrt_llm import _toy
 
+    monkeypatch.setattr(_toy, "PERF_METRICS", "filled")
     monkeypatch.setattr(_toy, "PERF_TOTALS", (17, 9))
     eng = _llm_engine(tmp_path, {"decoding": "ngram", "max_draft_len": 4})
     steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=12)))
@@ -417,7 +462,9 @@ def test_runner_draft_target_knows_rejected_ids(tmp_path, fake_trt):
     saw = set()
     for e in steps[1:]:
         k = len(e.drafted_ids)
-        if k == 0:
+        if k == 0:  # the target's own decode iterations after a verification (the runner filled max_new_tokens)
+            assert e.target_kind == "baseline" and len(e.emitted_ids) == 1
+            seq += list(e.emitted_ids)
             continue
         assert list(e.drafted_ids) == _toy.greedy(seq, k, _toy.draft_next)  # what the draft really proposed
         a = e.accepted_count
@@ -449,15 +496,83 @@ def test_runner_draft_target_stops_at_eos(tmp_path, fake_trt, monkeypatch):
     assert st.output_ids == tuple(_toy.greedy(PROMPT, 40))
 
 
-def test_runner_draft_target_engine_limit(tmp_path, fake_trt, monkeypatch):
-    """A target call that returns no token (the built engine's max_seq_len reached) ends the lane: engine_limit."""
+def _built(folder: Path, max_input_len: int, max_seq_len: int) -> str:
+    """An engine folder with the config.json trtllm-build writes (build_config holds the limits)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(
+        '{"version": "1.2.0", "pretrained_config": {"architecture": "LlamaForCausalLM"}, '
+        f'"build_config": {{"max_input_len": {max_input_len}, "max_seq_len": {max_seq_len}, "max_draft_len": 4}}}}'
+    )
+    return str(folder)
+
+
+def test_runner_limits_are_checked_before_the_run(tmp_path, fake_trt):
+    """The draft/target runner re-sends the whole sequence every step, so a long run once crashed mid-way when
+    the input passed the engine's max_input_len (RuntimeError from ModelRunnerCpp). The engines' limits (their
+    config.json / the runner's max_input_len and max_seq_len) now bound the lane up front: the scheduler refuses
+    with the numbers before a token is made, and a run within them completes."""
     from tensorrt_llm import _toy
 
-    monkeypatch.setattr(_toy, "MAX_SEQ_LEN", len(PROMPT) + 10)
-    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": "draft-eng"})
-    steps, st, done = _drain(_lane(eng, Sampling(max_new_tokens=40)))
-    assert st.stop_reason == "engine_limit" and not done.cancelled
-    assert st.output_ids == tuple(_toy.greedy(PROMPT, 10)) and steps[-1].emitted_ids == ()
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    target = _built(tmp_path / "target-eng", max_input_len=20, max_seq_len=40)
+    draft = _built(tmp_path / "draft-eng", max_input_len=30, max_seq_len=40)
+    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": draft})
+    assert [r.max_input_len for r in fake_trt.runtime.ModelRunnerCpp.instances] == [30, 20] and target
+    assert eng.context_length == 21 and eng.max_prompt_tokens is None  # max_input_len + 1: the last step's input
+    pool = EnginePool()
+    pool.put("dtm", eng)
+    prompt = ToyTokenizer().encode("hello")  # 6 tokens
+    evs = list(lane_events(pool, "t", LaneSpec("L", "trtllm:dtm", "p", "hello"), Sampling(max_new_tokens=30), chat=False, cancelled=lambda: False))
+    assert len(evs) == 1 and isinstance(evs[0], RunError) and evs[0].kind == "SetupError"
+    assert "6 tokens and up to 30 new tokens" in evs[0].message and "36 > the 21 positions of dtm" in evs[0].message
+    assert "lower --max-new-tokens to at most 15" in evs[0].message and "shorten" not in evs[0].message
+    assert not fake_trt.runtime.ModelRunnerCpp.instances[1].calls  # nothing ran
+    evs = list(lane_events(pool, "t", LaneSpec("L", "trtllm:dtm", "p", "hello"), Sampling(max_new_tokens=15), chat=False, cancelled=lambda: False))
+    done = evs[-1]
+    assert isinstance(done, RunDone) and done.stats.output_ids == tuple(_toy.greedy(prompt, 15))
+
+
+def test_streaming_runner_prompt_limit(tmp_path, fake_trt):
+    """ReDrafter/Medusa send the prompt once: its length is bounded by max_input_len, prompt + new tokens by
+    max_seq_len; both refused up front with the numbers."""
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    eng_dir = _built(tmp_path / "rd-eng", max_input_len=4, max_seq_len=30)
+    m = _manifest(tmp_path, "rd", {"api": "runner", "tokenizer_dir": "tok", "mode": "redrafter", "max_draft_len": 3}, engine_dir=eng_dir)
+    eng = trtllm.load_engine(m, tokenizer=ToyTokenizer())
+    assert (eng.context_length, eng.max_prompt_tokens) == (30, 4)
+    pool = EnginePool()
+    pool.put("rd", eng)
+    (err,) = lane_events(pool, "t", LaneSpec("L", "trtllm:rd", "p", "hello"), Sampling(max_new_tokens=8), chat=False, cancelled=lambda: False)
+    assert isinstance(err, RunError) and "the prompt is 6 tokens: more than the 4 rd accepts as input" in err.message
+
+
+def test_llm_api_limits(tmp_path, fake_trt):
+    """LLM API: max_seq_len from the LLM's args when given, else the model folder's max_position_embeddings (what
+    TensorRT-LLM infers it from); prompts bounded by max_num_tokens (8192) unless chunked prefill is on."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"max_position_embeddings": 4096}')
+    m = _manifest(tmp_path, "l", {"decoding": "none"}, model=str(model))
+    eng = trtllm.load_engine(m, tokenizer=ToyTokenizer())
+    assert (eng.context_length, eng.max_prompt_tokens) == (4096, 8192)
+    m = _manifest(tmp_path, "l2", {"decoding": "none", "llm_args": {"max_seq_len": 2048, "enable_chunked_prefill": True}}, model=str(model))
+    eng = trtllm.load_engine(m, tokenizer=ToyTokenizer())
+    assert (eng.context_length, eng.max_prompt_tokens) == (2048, None)
+
+
+def test_llm_args_with_an_unknown_key_fail_at_load_with_the_library_message(tmp_path, fake_trt):
+    """LLM(...) refuses keywords it does not know (1.2: ValueError "LLM got invalid argument"); the load error
+    names the manifest and keeps that message."""
+    m = _manifest(tmp_path, "bad", {"decoding": "mtp", "llm_args": {"allow_advanced_sampling": True}}, model="org/m")
+    with pytest.raises(EngineError, match="LLM got invalid argument: allow_advanced_sampling") as ei:
+        trtllm.load_engine(m, tokenizer=ToyTokenizer())
+    assert "bad" in str(ei.value)
 
 
 def test_runner_draft_target_cancel(tmp_path, fake_trt):
@@ -466,7 +581,9 @@ def test_runner_draft_target_cancel(tmp_path, fake_trt):
     seen: list = []
     for ev in _lane(eng, Sampling(max_new_tokens=40), cancelled=lambda: len(seen) >= 2):
         seen.append(ev)
-    assert len(seen) == 3 and seen[-1].cancelled and seen[-1].stats.stop_reason == "cancelled" and seen[-1].stats.steps == 2
+    done = seen[-1]
+    assert done.cancelled and done.stats.stop_reason == "cancelled" and done.stats.steps == len(seen) - 1 < 8
+    assert done.stats.new_tokens < 40
 
 
 @pytest.mark.parametrize(
@@ -661,3 +778,77 @@ def test_real_llmapi_accepts_our_configs():
         assert trtllm.build_speculative_config(c, llmapi) is not None
     sp = trtllm.make_sampling_params(tensorrt_llm.SamplingParams, Sampling(temperature=0.7, top_p=0.9, top_k=20, seed=1))
     assert sp.max_tokens == 96 and sp.temperature == 0.7
+
+
+# --- the 1.2 API's traps (issue 17): each test failed on the code before it ---------------------------------
+
+
+def test_runner_samples_when_top_p_is_off(tmp_path, fake_trt):
+    """Sampling with top-p off once sent top_p 0.0: ModelRunnerCpp turns it into None, the C++ default is 0.0, and
+    top_k 0 with top_p 0 is greedy in the sampling kernels — the lane silently decoded greedily. Now top-p off is
+    sent as 1.0 and the runner lanes really sample (the fake applies the kernels' rule)."""
+    from tensorrt_llm import _toy
+
+    eng = _runner_engine(tmp_path, {"mode": "draft_target", "max_draft_len": 3, "draft_engine_dir": "draft-eng"})
+    _, st, _ = _drain(_lane(eng, Sampling(temperature=0.8, top_p=1.0, top_k=0, seed=11, max_new_tokens=16)))
+    target_r = fake_trt.runtime.ModelRunnerCpp.instances[-1]
+    assert all(c["top_p"] == 1.0 and c["top_k"] == 0 and c["temperature"] == 0.8 for c in target_r.calls)
+    assert st.output_ids != tuple(_toy.greedy(PROMPT, 16))  # it sampled
+    rd = trtllm.load_engine(_manifest(tmp_path, "rd", {"api": "runner", "tokenizer_dir": "tok", "mode": "redrafter", "max_draft_len": 4},
+                                      engine_dir="rd-eng"), tokenizer=ToyTokenizer())
+    _, st, _ = _drain(_lane(rd, Sampling(temperature=0.8, seed=11, max_new_tokens=16)))
+    assert st.output_ids != tuple(_toy.greedy(PROMPT, 16))
+    _, st, _ = _drain(_lane(rd, Sampling(max_new_tokens=16)))  # greedy stays greedy
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 16))
+
+
+@pytest.mark.parametrize("trt", [
+    {"decoding": "eagle3", "max_draft_len": 3, "speculative_model": "org/eagle3"},
+    {"decoding": "mtp", "num_nextn_predict_layers": 2},
+])
+def test_one_model_paths_say_they_decoded_greedily(tmp_path, fake_trt, trt):
+    """One-model EAGLE-3 (the manifest default) and MTP ignore sampling in 1.2 unless allow_advanced_sampling is
+    set: the lane says it decoded greedily; with the switch in the manifest it reaches the decoding config and the
+    lane samples, without the note."""
+    from tensorrt_llm import _toy
+
+    hot = Sampling(temperature=0.8, seed=3, max_new_tokens=14)
+    eng = _llm_engine(tmp_path, trt)
+    assert eng.config.greedy_only
+    _, st, _ = _drain(_lane(eng, hot))
+    assert st.output_ids == tuple(_toy.greedy(PROMPT, 14))
+    assert any("decoded greedily although sampling was asked" in n and "allow_advanced_sampling" in n for n in st.notes)
+    _, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=14)))
+    assert not any("greedily" in n for n in st.notes)  # greedy asked: nothing to say
+    eng = _llm_engine(tmp_path, {**trt, "allow_advanced_sampling": True})
+    assert fake_trt.LLM.instances[-1].speculative_config.allow_advanced_sampling is True and not eng.config.greedy_only
+    _, st, _ = _drain(_lane(eng, hot))
+    assert st.output_ids != tuple(_toy.greedy(PROMPT, 14)) and not any("greedily" in n for n in st.notes)
+
+
+def test_mtp_k_is_read_back_from_the_config_tensorrt_llm_kept(tmp_path, fake_trt):
+    """MTP: TensorRT-LLM overwrites max_draft_len with num_nextn_predict_layers, so a manifest's max_draft_len 3
+    with one MTP module drafts 1 token per step; the lane's k (and α's denominator) follow what the library kept,
+    and the lane says so."""
+    from tensorrt_llm import _toy
+
+    _toy_sizes = _toy.chunk_sizes(12, 1)
+    eng = _llm_engine(tmp_path, {"decoding": "mtp", "max_draft_len": 3, "num_nextn_predict_layers": 1})
+    assert eng.config.max_draft_len == 3 and eng.draft_len == 1
+    steps, st, _ = _drain(_lane(eng, Sampling(max_new_tokens=12)))
+    assert [len(e.emitted_ids) for e in steps] == _toy_sizes
+    assert all(e.k == 1 for e in steps[1:]) and st.drafted == len(steps) - 1
+    assert st.acceptance_rate == pytest.approx(sum(n - 1 for n in _toy_sizes[1:]) / (len(_toy_sizes) - 1))
+    assert any("k = 1" in n and "num_nextn_predict_layers" in n for n in st.notes)
+
+
+def test_medusa_refuses_temperatures_other_than_one(tmp_path, fake_trt):
+    """TensorRT-LLM's Medusa samples at temperature 1.0 only: other temperatures are refused with the fix;
+    greedy and 1.0 run."""
+    eng = _runner_engine(tmp_path, {"mode": "medusa", "medusa_choices": [[0], [0, 0]]})
+    with pytest.raises(Exception, match="temperature 1.0 only") as ei:
+        list(_lane(eng, Sampling(temperature=0.7, max_new_tokens=8)))
+    assert "--temperature 1.0" in str(ei.value)
+    for s in (Sampling(max_new_tokens=8), Sampling(temperature=1.0, max_new_tokens=8)):
+        _, st, _ = _drain(_lane(eng, s))
+        assert st.new_tokens == 8

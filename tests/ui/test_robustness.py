@@ -253,3 +253,28 @@ def test_a_stalled_baseline_flags_every_speedup_measured_against_it(qtbot):
     base, ng = rows
     assert base.stalled and ng.stalled and "the baseline's clock includes a 1.0 s stall" in ng.stall_tip()
     assert ng.values()[3][0] == "2.00×!"
+
+
+def test_inferred_alpha_and_lane_notes_show_in_the_results(qtbot, win):
+    """A lane whose α was inferred from streamed chunks (TensorRT-LLM 1.2.x reports zero counters) shows "~α"
+    with the lane's notes as the cell's tooltip; an exactly counted lane shows neither."""
+    from dataclasses import replace
+
+    from app.core.events import RunDone
+    from app.worker.messages import RunFinished
+
+    rid, _ = _start(qtbot, win)
+    win.bridge.feed(RunDone("L1", make_stats("baseline", (5, 6, 7, 8), 1.0)))
+    note = "α and the draft counts are inferred from streamed chunk sizes"
+    win.bridge.feed(RunDone("L2", replace(make_stats(SETUPS[1], (5, 6, 7, 8), 0.5, drafted=4, accepted=2), counts_source="streamed",
+                                          notes=(note, "decoded greedily although sampling was asked"))))
+    win.bridge.feed(RunDone("L3", make_stats(SETUPS[2], (5, 6, 7, 8), 0.8, drafted=3, accepted=1)))
+    with qtbot.waitSignal(win.runEnded, timeout=2000):
+        win.bridge.feed(RunFinished(rid))
+    t = win.results.table
+    col = {t.horizontalHeaderItem(j).text(): j for j in range(t.columnCount())}
+    rows = {t.item(i, col["setup"]).text(): i for i in range(t.rowCount())}
+    inferred = t.item(rows[SETUPS[1]], col["α"])
+    assert inferred.text() == "~0.500" and note in inferred.toolTip() and "greedily" in inferred.toolTip()
+    exact = t.item(rows[SETUPS[2]], col["α"])
+    assert exact.text() == "0.333" and not exact.toolTip()

@@ -1,17 +1,24 @@
 """The `[trtllm]` manifest table and the TensorRT-LLM objects built from it (no ``tensorrt_llm`` import here: the
 library module is passed in, the real one or the tests' fake).
 
-API facts relied on (TensorRT-LLM 1.2; nothing here is copied from it):
-* LLM API reference, https://nvidia.github.io/TensorRT-LLM/llm-api/reference.html: `LLM(model=...,
-  speculative_config=...)`, `DraftTargetDecodingConfig / NGramDecodingConfig / Eagle3DecodingConfig /
-  MTPDecodingConfig` (pydantic models; fields `max_draft_len`, `speculative_model`, `max_matching_ngram_size`,
-  `eagle3_one_model`, `num_nextn_predict_layers`). The draft-model field is `speculative_model` since PR #10099
-  (Dec 2025, in 1.2); `speculative_model_dir` before, kept as an alias: we pick whichever the class declares.
-* `examples/llm-api/llm_speculative_decoding.py` (1.0 → 1.3 docs): how each config is built.
-* `tensorrt_llm/executor/result.py`: `.outputs[0].request_perf_metrics.speculative_decoding.{acceptance_rate,
-  total_accepted_draft_tokens,total_draft_tokens}` when `SamplingParams(return_perf_metrics=True)` (as
-  `trtllm-serve`'s metrics code reads them).
-* `examples/run.py` (ModelRunnerCpp): top_k 1 = greedy, top_p 0 = off.
+API facts relied on (TensorRT-LLM 1.2.0, read in its 1.2.0 docs snapshot's source pages; nothing copied):
+* `llmapi/llm_args.py`: `DraftTargetDecodingConfig / NGramDecodingConfig / EagleDecodingConfig /
+  MTPDecodingConfig` (pydantic, extra fields forbidden). 1.2.0 has no `Eagle3DecodingConfig`: EAGLE-3 is
+  `EagleDecodingConfig(eagle3_one_model=...)` (later releases add the Eagle3 name; we take whichever exists).
+  The draft-model field is `speculative_model` (alias `speculative_model_dir`). Every decoding config inherits
+  `allow_advanced_sampling = False`: the one-model paths (EAGLE-3 one-model, MTP) decode greedily whatever the
+  SamplingParams unless it is True. `MTPDecodingConfig` overwrites `max_draft_len` with
+  `num_nextn_predict_layers` (its __init__ and TorchLlmArgs' validator), so the k TensorRT-LLM uses is read
+  back from `llm.args.speculative_config` after loading. NGram's `max_matching_ngram_size` defaults to 0, which
+  the LLM's validator refuses: we always pass it.
+* `llmapi/llm.py`: `LLM(...)` raises `ValueError("LLM got invalid argument: <key>")` on a keyword that is not
+  an LLM arg: `llm_args` goes verbatim, and a wrong key fails at load with the library's message.
+* `executor/result.py`: `.outputs[0].request_perf_metrics.speculative_decoding.{acceptance_rate,
+  total_accepted_draft_tokens,total_draft_tokens}` with `SamplingParams(return_perf_metrics=True)`. On 1.2.x
+  with the PyTorch backend's default TorchSampler these stay 0 (filled from PR #17082, July 2026): zeros mean
+  "not reported", and the lane infers the counts from the streamed updates instead (LaneStats.counts_source).
+* `runtime/model_runner_cpp.py`: `generate` turns top_p 0.0 into None, the C++ default top-p is 0.0, and the
+  sampling kernels treat top_k 0 with top_p 0 as greedy (k = 1): "top-p off" must be sent as 1.0.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ _LLM_KEYS = _COMMON_KEYS | {
     "max_matching_ngram_size",
     "eagle3_one_model",
     "num_nextn_predict_layers",
+    "allow_advanced_sampling",
     "llm_args",
 }
 _RUNNER_KEYS = _COMMON_KEYS | {"mode", "draft_engine_dir", "medusa_choices"}
@@ -73,6 +81,8 @@ class TRTLLMConfig:
         max_matching_ngram_size: n-gram match length (ngram).
         eagle3_one_model: run the EAGLE-3 head inside the target's graph (eagle3).
         num_nextn_predict_layers: MTP modules (mtp).
+        allow_advanced_sampling: let the one-model paths (EAGLE-3 one-model, MTP) sample (TensorRT-LLM's
+            prototype switch; without it they decode greedily whatever the sampling settings).
         draft_engine_dir: built draft engine folder (runner draft_target).
         tokenizer_dir: HF tokenizer folder (required for runner; default: the model folder for the LLM API).
         medusa_choices: Medusa tree (runner medusa).
@@ -90,6 +100,7 @@ class TRTLLMConfig:
     max_matching_ngram_size: int = 4
     eagle3_one_model: bool = True
     num_nextn_predict_layers: int = 1
+    allow_advanced_sampling: bool = False
     draft_engine_dir: str | None = None
     tokenizer_dir: str | None = None
     medusa_choices: tuple[tuple[int, ...], ...] | None = None
@@ -101,6 +112,13 @@ class TRTLLMConfig:
     def counts_only(self) -> bool:
         """True when rejected draft ids are not exposed (everything but the runner's draft_target)."""
         return not (self.api == "runner" and self.kind == "draft_target")
+
+    @property
+    def greedy_only(self) -> bool:
+        """True when TensorRT-LLM decodes this engine greedily whatever the sampling settings: the one-model
+        paths (EAGLE-3 with eagle3_one_model, MTP) without allow_advanced_sampling."""
+        one_model = self.kind == "mtp" or (self.kind == "eagle3" and self.eagle3_one_model)
+        return self.api == "llm" and one_model and not self.allow_advanced_sampling
 
 
 def _local_path(value: str, manifest: EngineManifest) -> str:
@@ -188,6 +206,9 @@ def parse_config(manifest: EngineManifest) -> TRTLLMConfig:
         one = t.get("eagle3_one_model", True)
         if not isinstance(one, bool):
             raise bad(f"eagle3_one_model must be true or false, got {one!r}")
+        advanced = t.get("allow_advanced_sampling", False)
+        if not isinstance(advanced, bool):
+            raise bad(f"allow_advanced_sampling must be true or false, got {advanced!r}")
         nextn = num("num_nextn_predict_layers", 1, int, 1)
         if kind == "mtp" and not k:
             k = nextn  # MTP drafts one token per module
@@ -203,6 +224,7 @@ def parse_config(manifest: EngineManifest) -> TRTLLMConfig:
             max_matching_ngram_size=num("max_matching_ngram_size", 4, int, 1),
             eagle3_one_model=one,
             num_nextn_predict_layers=nextn,
+            allow_advanced_sampling=advanced,
             llm_args=dict(llm_args),
             **common,
         )
@@ -299,27 +321,37 @@ def build_speculative_config(cfg: TRTLLMConfig, llmapi) -> Any | None:
             fix=f"upgrade: {INSTALL_HINT}",
         )
 
+    def advanced(c, kw: dict) -> dict:
+        """allow_advanced_sampling, when set (a field of every decoding config since 1.2: DecodingBaseConfig)."""
+        if cfg.allow_advanced_sampling:
+            declared = _declared_fields(c)
+            if declared is not None and "allow_advanced_sampling" not in declared:
+                raise EngineError(
+                    "this TensorRT-LLM has no allow_advanced_sampling on its decoding configs",
+                    fix="remove allow_advanced_sampling from the manifest (the lane then decodes greedily), or upgrade TensorRT-LLM",
+                )
+            kw["allow_advanced_sampling"] = True
+        return kw
+
     if cfg.kind == "draft_target":
         c = cls("DraftTargetDecodingConfig")
-        return c(max_draft_len=cfg.max_draft_len, **{_model_field(c): cfg.speculative_model})
+        return c(**advanced(c, {"max_draft_len": cfg.max_draft_len, _model_field(c): cfg.speculative_model}))
     if cfg.kind == "ngram":
         c = cls("NGramDecodingConfig")
         # is_keep_all / is_use_oldest / is_public_pool keep their documented defaults
-        return c(max_draft_len=cfg.max_draft_len, max_matching_ngram_size=cfg.max_matching_ngram_size)
+        return c(**advanced(c, {"max_draft_len": cfg.max_draft_len, "max_matching_ngram_size": cfg.max_matching_ngram_size}))
     if cfg.kind == "eagle3":
-        c = cls("Eagle3DecodingConfig", "EagleDecodingConfig")  # Eagle3DecodingConfig from 1.1; EagleDecodingConfig in 1.0
+        # 1.2.0 has EagleDecodingConfig only (EAGLE-3 through eagle3_one_model); later releases add Eagle3DecodingConfig
+        c = cls("Eagle3DecodingConfig", "EagleDecodingConfig")
         kw = {"max_draft_len": cfg.max_draft_len, _model_field(c): cfg.speculative_model}
         declared = _declared_fields(c)
         if declared is None or "eagle3_one_model" in declared:
             kw["eagle3_one_model"] = cfg.eagle3_one_model
-        return c(**kw)
+        return c(**advanced(c, kw))
     if cfg.kind == "mtp":
         c = cls("MTPDecodingConfig")
-        kw = {"num_nextn_predict_layers": cfg.num_nextn_predict_layers}
-        declared = _declared_fields(c)
-        if cfg.max_draft_len and (declared is None or "max_draft_len" in declared) and cfg.max_draft_len != cfg.num_nextn_predict_layers:
-            kw["max_draft_len"] = cfg.max_draft_len
-        return c(**kw)
+        # no max_draft_len: TensorRT-LLM sets it to num_nextn_predict_layers (the engine reads k back after loading)
+        return c(**advanced(c, {"num_nextn_predict_layers": cfg.num_nextn_predict_layers}))
     raise EngineError(f"unknown decoding {cfg.kind!r}", fix=f"use one of {', '.join(LLM_DECODINGS)}")
 
 
@@ -354,22 +386,27 @@ def make_sampling_params(sampling_params_cls, sampling: Sampling, eos_id: int | 
 
 
 def runner_sampling_kwargs(sampling: Sampling, call: int) -> dict:
-    """ModelRunnerCpp.generate sampling kwargs (examples/run.py defaults: top_k 1 = greedy, top_p 0 = off).
+    """ModelRunnerCpp.generate sampling kwargs.
 
+    Greedy: top_k 1. Sampling: top-p "off" is sent as 1.0, never 0.0 — generate() turns 0.0 into None, the C++
+    default is 0.0, and top_k 0 with top_p 0 makes the sampling kernels greedy (k = 1).
     `call` offsets the seed so successive generate calls of one lane do not replay the same random stream.
     """
     if sampling.greedy:
-        return {"temperature": 1.0, "top_k": 1, "top_p": 0.0, "random_seed": sampling.seed}
+        return {"temperature": 1.0, "top_k": 1, "top_p": 1.0, "random_seed": sampling.seed}
     return {
         "temperature": sampling.temperature,
         "top_k": sampling.top_k,  # 0 = no top-k limit
-        "top_p": sampling.top_p if sampling.top_p < 1.0 else 0.0,
+        "top_p": min(1.0, sampling.top_p),
         "random_seed": sampling.seed + call,
     }
 
 
 def perf_counts(result) -> tuple[int, int] | None:
-    """(total_draft_tokens, total_accepted_draft_tokens) of a finished request, when its perf metrics have them."""
+    """(total_draft_tokens, total_accepted_draft_tokens) of a finished request, when its perf metrics have them.
+
+    None when absent or zero: TensorRT-LLM 1.2.x leaves them zeroed on the PyTorch backend's default sampler, so
+    zero drafted tokens means "not reported", never "nothing was drafted"."""
     try:
         out = result.outputs[0]
         sd = out.request_perf_metrics.speculative_decoding

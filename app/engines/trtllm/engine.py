@@ -12,14 +12,21 @@ API facts relied on (TensorRT-LLM 1.2; nothing here is copied from it):
   kv_cache_free_gpu_memory_fraction, medusa_choices, device_ids, is_orchestrator_mode)` and `generate(batch_input_ids
   (list of int32 tensors), max_new_tokens, end_id, pad_id, temperature, top_k, top_p, random_seed, streaming,
   output_sequence_lengths=True, return_dict=True, draft_tokens_list=...)` → dict `output_ids [BS, beams, max_len]`
-  (prompt included), `sequence_lengths [BS, beams]`; with `streaming=True` a generator of such dicts.
+  (prompt included), `sequence_lengths [BS, beams]`; with `streaming=True` a generator of such dicts. The
+  runner's `max_input_len` / `max_seq_len` attributes are the engine's limits (from trtllm-build's
+  `--max_input_len` / `--max_seq_len`); `generate` raises RuntimeError past them.
+* `llmapi/llm_args.py` (PyTorch backend): `max_seq_len` None unless given (then inferred from the model's
+  `max_position_embeddings`), `max_num_tokens` 8192 bounds a prompt unless `enable_chunked_prefill`;
+  `llm.args` holds the validated args, `llm.args.speculative_config` the config TensorRT-LLM kept.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.core.errors import EngineError
@@ -148,6 +155,11 @@ class TRTLLMEngine(TokenizerMixin):
         runner, draft_runner: the target's / the draft's `ModelRunnerCpp` (api "runner"; draft_runner for
             mode draft_target only).
         end_id: the id given to the library as end_id (the lowest EOS id, else the pad id).
+        draft_len: k as TensorRT-LLM uses it (read back after loading: MTP overwrites max_draft_len with
+            num_nextn_predict_layers); 0 without speculation.
+        context_length: prompt + new tokens the engine can hold (None: unknown), for the run's up-front check.
+        max_prompt_tokens: the longest prompt it accepts (None: no separate limit).
+        notes: what a lane on this engine should tell the user (e.g. a k that differs from the manifest's).
 
     Raises:
         EngineError: TensorRT-LLM unusable here (reason + fix), bad manifest, CPU device, load failure.
@@ -202,6 +214,51 @@ class TRTLLMEngine(TokenizerMixin):
         pad = getattr(tok, "pad_token_id", None)
         self.pad_id = int(pad) if pad is not None else (int(eos) if eos is not None else 0)
         self.end_id = min(self.eos_ids) if self.eos_ids else self.pad_id
+        self.notes: list[str] = []
+        self.draft_len = self._kept_draft_len()
+        self.context_length, self.max_prompt_tokens = self._limits()
+
+    # --- what TensorRT-LLM kept ---------------------------------------------------------------------
+    def _kept_draft_len(self) -> int:
+        c = self.config
+        if c.api != "llm":
+            return c.max_draft_len
+        if c.kind == "none":
+            return 0
+        kept = getattr(getattr(getattr(self, "llm", None), "args", None), "speculative_config", None) or self.speculative_config
+        k = getattr(kept, "max_draft_len", None)
+        if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+            return c.max_draft_len
+        if k != c.max_draft_len:
+            self.notes.append(f"TensorRT-LLM drafts k = {k} per step (its config overrides the manifest's {c.max_draft_len}"
+                              + (": MTP uses num_nextn_predict_layers)" if c.kind == "mtp" else ")"))
+        return k
+
+    def _limits(self) -> tuple[int | None, int | None]:
+        """(context_length, max_prompt_tokens) from what the library reports, else the engine/model files."""
+        c = self.config
+
+        def num(x) -> int | None:
+            return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+
+        if c.api == "llm":
+            args = getattr(getattr(self, "llm", None), "args", None)
+            seq = num(getattr(args, "max_seq_len", None)) or num(c.llm_args.get("max_seq_len")) or _model_positions(c.model)
+            chunked = bool(getattr(args, "enable_chunked_prefill", c.llm_args.get("enable_chunked_prefill", False)))
+            prompt = None if chunked else (num(getattr(args, "max_num_tokens", None)) or num(c.llm_args.get("max_num_tokens")) or 8192)
+            return seq, prompt
+        runners = [self.runner] + ([self.draft_runner] if c.kind == "draft_target" else [])
+        dirs = [c.engine_dir] + ([c.draft_engine_dir] if c.kind == "draft_target" else [])
+        inputs, seqs = [], []
+        for r, d in zip(runners, dirs, strict=True):
+            built = _build_config(d)
+            inputs.append(num(getattr(r, "max_input_len", None)) or num(built.get("max_input_len")))
+            seqs.append(num(getattr(r, "max_seq_len", None)) or num(built.get("max_seq_len")))
+        if c.kind == "draft_target":
+            # each step re-sends the whole sequence: it must stay within max_input_len up to the last step
+            limits = [x + 1 for x in inputs if x] + [x for x in seqs if x]
+            return (min(limits) if limits else None), None
+        return seqs[0], inputs[0]
 
     # --- loading (lazy imports) -----------------------------------------------------------------
     def _tokenizer_dir(self) -> str:
@@ -333,6 +390,23 @@ class TRTLLMEngine(TokenizerMixin):
         out = runner.generate(batch_input_ids=[torch.tensor(seq, dtype=torch.int32)], max_new_tokens=max_new_tokens, **kw)
         _sync()
         return _row(out, len(seq))
+
+
+def _build_config(engine_dir: str | None) -> dict:
+    """`build_config` of a built engine's config.json (trtllm-build), or {} when unreadable."""
+    try:
+        return dict(json.loads((Path(engine_dir or "") / "config.json").read_text(encoding="utf-8")).get("build_config") or {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _model_positions(model: str | None) -> int | None:
+    """max_position_embeddings of a local HF model folder (what TensorRT-LLM infers max_seq_len from)."""
+    try:
+        n = json.loads((Path(model or "") / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and n > 0 else None
 
 
 def load_engine(

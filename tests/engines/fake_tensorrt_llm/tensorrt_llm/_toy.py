@@ -1,10 +1,20 @@
 """The toy "models" behind the FAKE tensorrt_llm: deterministic next-token rules over a 50-token vocabulary.
 
 `target_next` is the target's greedy choice; `draft_next` agrees with it except at every third position, so a
-draft/target pair has both accepted and rejected drafts. EOS is id 2 (never produced unless `EOS_AT` is set to
-the sequence length at which the target emits it). `CHUNKS` is the cycle of tokens per streamed iteration the
-fake LLM API and the fake streaming runner emit after the 1-token prefill (capped at max_draft_len + 1).
-Tests set the module's knobs (EOS_AT, CHUNKS, PERF_METRICS, PERF_TOTALS, STREAM_K, MAX_SEQ_LEN) with monkeypatch.
+draft/target pair has both accepted and rejected drafts. `sampled_next` is the target *sampling* (a seeded
+pseudo-random pick that differs from the greedy choice most of the time), so a test can tell whether a lane
+really sampled. EOS is id 2 (never produced unless `EOS_AT` is set to the sequence length at which the target
+emits it). `CHUNKS` is the cycle of tokens per streamed iteration the fake LLM API and the fake streaming runner
+emit after the 1-token prefill (capped at max_draft_len + 1).
+
+Tests set the module's knobs with monkeypatch:
+* EOS_AT, CHUNKS, STREAM_K: as above.
+* PERF_METRICS: what `request_perf_metrics.speculative_decoding` holds at the end of a request —
+  "zeros" (TensorRT-LLM 1.2.x on the PyTorch backend's default TorchSampler: the fields exist, all 0; fixed
+  upstream by PR #17082, July 2026), "filled" (the counts, as after that fix) or None (no perf metrics at all).
+* PERF_TOTALS: (total_draft_tokens, total_accepted_draft_tokens) to report instead of the per-iteration counts.
+* MAX_INPUT_LEN / MAX_SEQ_LEN: built runner engines' limits when the engine folder has no config.json
+  (trtllm-build's defaults: max_input_len 1024; max_seq_len None = unlimited here).
 """
 
 from __future__ import annotations
@@ -13,11 +23,10 @@ VOCAB = 50
 EOS = 2
 EOS_AT: int | None = None
 CHUNKS: list[int] = [3, 1, 4, 2, 1]
-PERF_METRICS = True  # whether the fake LLM API reports request_perf_metrics.speculative_decoding
-# (total_draft_tokens, total_accepted_draft_tokens) the fake LLM API reports instead of its per-iteration counts
-# (a real executor's counters need not match what the lane infers from streamed updates)
+PERF_METRICS: str | None = "zeros"
 PERF_TOTALS: tuple[int, int] | None = None
-MAX_SEQ_LEN: int | None = None  # the fake runner engines' max_seq_len: generate returns no token past it
+MAX_INPUT_LEN = 1024
+MAX_SEQ_LEN: int | None = None
 STREAM_K = 4  # max_draft_len the fake streaming runner (ReDrafter, Medusa) caps its chunks with
 
 
@@ -30,6 +39,18 @@ def target_next(seq: list[int]) -> int:
 def draft_next(seq: list[int]) -> int:
     t = target_next(seq)
     return t if len(seq) % 3 else (t - 3 + 1) % 47 + 3
+
+
+def sampled_next(seed: int):
+    """The target sampling with `seed`: a next-token rule that differs from `target_next` at most positions."""
+
+    def nxt(seq: list[int]) -> int:
+        if EOS_AT is not None and len(seq) == EOS_AT:
+            return EOS
+        h = (seed * 1_000_003 + len(seq) * 7919 + seq[-1] * 104_729) % 2_147_483_647
+        return (target_next(seq) - 3 + 1 + h % 45) % 47 + 3
+
+    return nxt
 
 
 def greedy(seq: list[int], n: int, nxt=target_next, end_id: int | None = EOS) -> list[int]:

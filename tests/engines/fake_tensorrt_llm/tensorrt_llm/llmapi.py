@@ -1,8 +1,15 @@
-"""FAKE ``tensorrt_llm.llmapi`` decoding configs: field names as in the TensorRT-LLM 1.2 LLM API reference
-(DraftTargetDecodingConfig, NGramDecodingConfig, Eagle3DecodingConfig, MTPDecodingConfig, KvCacheConfig).
+"""FAKE ``tensorrt_llm.llmapi`` decoding configs, as TensorRT-LLM **1.2.0** declares them
+(``tensorrt_llm/llmapi/llm_args.py`` of the 1.2.0 docs snapshot): DraftTargetDecodingConfig, NGramDecodingConfig,
+EagleDecodingConfig (1.2.0 has no Eagle3DecodingConfig: EAGLE-3 is EagleDecodingConfig with eagle3_one_model),
+MTPDecodingConfig, KvCacheConfig.
 
-Like the real pydantic StrictBaseModel they reject unknown fields; `model_fields` lists the declared ones.
-`speculative_model_dir` is accepted as an alias of `speculative_model` (renamed in PR #10099, alias kept).
+As strict as the real pydantic models: unknown fields raise ValueError (pydantic's ValidationError is one);
+`model_fields` lists the declared ones; every decoding config inherits DecodingBaseConfig's fields, among them
+`allow_advanced_sampling = False` ("only applicable to 1-model code paths"). Validators mirrored:
+EagleDecodingConfig raises ValueError("max_draft_len is required for Eagle"); MTPDecodingConfig.__init__ sets
+max_draft_len (and max_total_draft_tokens) to num_nextn_predict_layers when that is given; NGram's
+max_matching_ngram_size defaults to 0 (the LLM's validator then refuses it, see ``tensorrt_llm.LLM``).
+`speculative_model_dir` is accepted as an alias of `speculative_model` (AliasChoices).
 """
 
 from __future__ import annotations
@@ -18,14 +25,23 @@ class _Strict:
         for k, v in kw.items():
             name = self._aliases.get(k, k)
             if name not in self.model_fields:
-                raise TypeError(f"{type(self).__name__}: extra field {k!r} not permitted")
+                raise ValueError(f"1 validation error for {type(self).__name__}\n{k}\n  Extra inputs are not permitted")
             setattr(self, name, v)
         for name, default in self.model_fields.items():
             if not hasattr(self, name):
                 setattr(self, name, default)
 
 
-_BASE = {"max_draft_len": None, "max_total_draft_tokens": None, "speculative_model": None, "max_concurrency": None, "load_format": None}
+_BASE = {
+    "max_draft_len": None,
+    "max_total_draft_tokens": None,
+    "speculative_model": None,
+    "max_concurrency": None,
+    "load_format": None,
+    "acceptance_window": None,
+    "acceptance_length_threshold": None,
+    "allow_advanced_sampling": False,
+}
 _ALIAS = {"speculative_model_dir": "speculative_model"}
 
 
@@ -39,17 +55,32 @@ class NGramDecodingConfig(_Strict):
     _aliases = _ALIAS
 
 
-class Eagle3DecodingConfig(_Strict):
-    model_fields = dict(_BASE, eagle_choices=None, eagle3_one_model=True, eagle3_layers_to_capture=None, decoding_type="Eagle3")
+class EagleDecodingConfig(_Strict):
+    model_fields = dict(
+        _BASE, eagle_choices=None, greedy_sampling=True, posterior_threshold=None, use_dynamic_tree=False, dynamic_tree_max_topK=None,
+        num_eagle_layers=None, max_non_leaves_per_layer=None, eagle3_one_model=True, eagle3_layers_to_capture=None, decoding_type="Eagle",
+    )
     _aliases = _ALIAS
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        if self.max_draft_len is None:
+            raise ValueError("max_draft_len is required for Eagle")
 
 
 class MTPDecodingConfig(_Strict):
     model_fields = dict(
-        _BASE, num_nextn_predict_layers=1, use_relaxed_acceptance_for_thinking=False, relaxed_topk=1, relaxed_delta=0.0, decoding_type="MTP"
+        _BASE, num_nextn_predict_layers=1, use_relaxed_acceptance_for_thinking=False, relaxed_topk=1, relaxed_delta=0.0,
+        use_mtp_vanilla=False, mtp_eagle_one_model=True, decoding_type="MTP",
     )
     _aliases = _ALIAS
 
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        if "num_nextn_predict_layers" in kw:
+            self.max_draft_len = kw["num_nextn_predict_layers"]
+            self.max_total_draft_tokens = kw["num_nextn_predict_layers"]
+
 
 class KvCacheConfig(_Strict):
-    model_fields = {"free_gpu_memory_fraction": None, "enable_block_reuse": True}
+    model_fields = {"free_gpu_memory_fraction": None, "enable_block_reuse": True, "max_tokens": None}
