@@ -80,6 +80,7 @@ $(PY):
 # torch==2.13.0 is a CPU wheel on disk here; on a CUDA machine install your CUDA build of torch 2.13.0 first.
 $(VENV)/.deps-stamp: pyproject.toml | $(PY)
 	@echo "Installing SpecDeck and its dependencies into $(VENV) (torch, transformers, PySide6, pyqtgraph)..."
+	@echo "(llama-cpp-python is compiled from source the first time: a few minutes on 2 cores; pip caches the wheel)"
 	$(PIP) install -e '.[test]'
 	@touch $@
 

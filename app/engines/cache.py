@@ -39,6 +39,7 @@ __all__ = [
     "source_paths",
     "weights_present",
     "prepare",
+    "prepare_gguf",
     "convert_gguf",
     "gguf_fp32_bytes",
     "space_needed",
@@ -298,6 +299,53 @@ class _Chain:
 _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
+# general.file_type → llama.cpp's name for the quantisation (llama_ftype)
+FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M",
+              13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+
+def gguf_file_type(paths: list[Path]) -> str | None:
+    """The quantisation a GGUF declares (`general.file_type`, e.g. "Q4_K_M"), read from its header; None when
+    unreadable or absent."""
+    r = _Chain(paths)
+    try:
+        if r.read(4) != b"GGUF":
+            return None
+        e = "<" if struct.unpack("<I", r.read(4))[0] < 0x10000 else ">"
+        u32, u64 = struct.Struct(e + "I"), struct.Struct(e + "Q")
+        _, n_kv = struct.unpack(e + "QQ", r.read(16))
+
+        def skip(t: int) -> None:
+            if t in _GGUF_SCALARS:
+                r.read(struct.calcsize(_GGUF_SCALARS[t]))
+            elif t == 8:
+                r.read(u64.unpack(r.read(8))[0])
+            elif t == 9:
+                (et,) = u32.unpack(r.read(4))
+                (count,) = u64.unpack(r.read(8))
+                if et in _GGUF_SCALARS:
+                    r.read(count * struct.calcsize(_GGUF_SCALARS[et]))
+                else:
+                    for _ in range(count):
+                        skip(et)
+            else:
+                raise ValueError(f"unknown GGUF value type {t}")
+
+        for _ in range(n_kv):
+            (klen,) = u64.unpack(r.read(8))
+            key = r.read(klen)
+            (t,) = u32.unpack(r.read(4))
+            if key == b"general.file_type" and t in _GGUF_SCALARS:
+                (ft,) = struct.unpack(e + _GGUF_SCALARS[t], r.read(struct.calcsize(_GGUF_SCALARS[t])))
+                return FILE_TYPES.get(int(ft), f"ftype {ft}")
+            skip(t)
+        return None
+    except (EOFError, ValueError, struct.error, OSError, MemoryError):
+        return None
+    finally:
+        r.close()
+
+
 def gguf_fp32_bytes(paths: list[Path]) -> tuple[int, int] | None:
     """Size of a GGUF's weights once dequantised to fp32, read from its header (no tensor data is read).
 
@@ -511,6 +559,57 @@ def prepare(m: EngineManifest, progress: ProgressFn = _noop, force: bool = False
             return dest
         _convert_locked(m, paths, root, dest, progress)
     return dest
+
+
+GGUF_FILE = "model.gguf"
+
+
+def prepare_gguf(m: EngineManifest, progress: ProgressFn = _noop) -> Path:
+    """The GGUF file itself, for backends that run it as it is (llama.cpp): no dequantisation, no fp32 copy.
+
+    A single `gguf` is used where it lies, its size and sha256 checked once (a marker in the cache entry records
+    it); `gguf_parts` are joined once into `<cache entry>/model.gguf` while hashing, under the entry's lock and
+    atomically, with the free space checked first.
+
+    Raises:
+        EngineError: missing package or file, wrong size/sha256, not enough disk space.
+    """
+    if m.source_kind not in ("gguf", "gguf_parts"):
+        raise EngineError(f"engine {m.name}: backend {m.backend} needs a GGUF source (gguf or gguf_parts)", fix=f"edit [source] in {m.where}")
+    paths = source_paths(m)
+    for p in paths:
+        if not p.is_file():
+            raise EngineError(f"engine {m.name}: weight file {p} does not exist", fix=f"fix the path in {m.where} or install its package")
+    dest = cache_dir(m)
+    target = dest / GGUF_FILE if m.source_kind == "gguf_parts" else paths[0]
+    if (dest / MARKER).is_file():
+        return target
+    if m.source_kind == "gguf" and not (m.sha256 or m.size):
+        return target  # nothing to check (an ad-hoc .gguf)
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(root / f".{dest.name}.lock", f"waiting for another preparation of {m.name}", progress):
+        if (dest / MARKER).is_file():
+            return target
+        t0 = time.perf_counter()
+        _sweep_partials(root, dest.name)
+        if m.source_kind == "gguf_parts":
+            check_free_space(m, root, sum(p.stat().st_size for p in paths) + (64 << 20))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".partial", dir=root))
+        try:
+            _verify_stream(m, paths, tmp / GGUF_FILE if m.source_kind == "gguf_parts" else None, progress)
+            (tmp / MARKER).write_text(json.dumps({"engine": m.name, "sha256": m.sha256, "size": m.size, "source": list(m.source),
+                                                  "gguf": str(target), "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+            if dest.exists():
+                shutil.rmtree(dest, ignore_errors=True)
+            os.replace(tmp, dest)
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not _is_disk_full(e):
+                raise
+            raise EngineError(f"disk full while joining engine {m.name} into the cache folder {root} (No space left on device)",
+                              fix=_space_fix(root, None)) from None
+    return target
 
 
 def _convert_locked(m: EngineManifest, paths: list[Path], root: Path, dest: Path, progress: ProgressFn) -> None:

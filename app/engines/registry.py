@@ -1,6 +1,6 @@
 """Engine manifests (`engines/<name>.toml`) and where their weights come from.
 
-A manifest names a backend (`hf` | `trtllm`), a weight source and defaults (dtype, device). Sources:
+A manifest names a backend (`hf` | `trtllm` | `llamacpp`), a weight source and defaults (dtype, device). Sources:
 
 * `hf_dir = "path/to/folder"`: a Hugging Face model folder (config.json + safetensors + tokenizer).
 * `gguf = "path/to/model.gguf"` or `gguf = "package:<dist>/<path>"`: one GGUF file, possibly inside an installed
@@ -36,9 +36,9 @@ __all__ = [
 
 REPO_ENGINES = Path(__file__).resolve().parents[2] / "engines"
 
-_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer", "python"}
+_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer", "python", "llamacpp"}
 _SOURCE_KEYS = {"hf_dir", "gguf", "gguf_parts", "size", "sha256", "model", "engine_dir"}
-_BACKENDS = ("hf", "trtllm")
+_BACKENDS = ("hf", "trtllm", "llamacpp")
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
 _DEVICES = ("cpu", "cuda", "auto")
 
@@ -165,6 +165,8 @@ def load_manifest(path: Path) -> EngineManifest:
     kinds = [k for k in ("hf_dir", "gguf", "gguf_parts", "model", "engine_dir") if k in src]
     if backend == "hf" and (len(kinds) != 1 or kinds[0] not in ("hf_dir", "gguf", "gguf_parts")):
         raise bad(f"[source] needs exactly one of hf_dir, gguf, gguf_parts (found: {', '.join(kinds) or 'none'})")
+    if backend == "llamacpp" and (len(kinds) != 1 or kinds[0] not in ("gguf", "gguf_parts")):
+        raise bad(f"backend = \"llamacpp\" runs a GGUF as it is: [source] needs exactly one of gguf, gguf_parts (found: {', '.join(kinds) or 'none'})")
     if backend == "trtllm" and not kinds:
         raise bad("[source] needs model (HF id/folder for the LLM API) or engine_dir (built TensorRT engine)")
     kind = kinds[0]
@@ -189,14 +191,14 @@ def load_manifest(path: Path) -> EngineManifest:
     py = data.get("python")
     if py is not None and (not isinstance(py, str) or not py):
         raise bad("python must be the path of an interpreter (the environment this engine's worker runs in)")
-    extra = {k: v for k, v in data.items() if k in ("trtllm", "tokenizer", "python")}
+    extra = {k: v for k, v in data.items() if k in ("trtllm", "tokenizer", "python", "llamacpp")}
     if kind in ("model", "engine_dir"):
         extra = {**extra, **{k: src[k] for k in ("model", "engine_dir") if k in src}}
     return EngineManifest(
         name=path.stem,
         path=path,
         backend=backend,
-        source_kind=kind if backend == "hf" else "trtllm",
+        source_kind="trtllm" if backend == "trtllm" else kind,
         source=source,
         description=str(data.get("description", "")),
         dtype=dtype,

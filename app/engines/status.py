@@ -32,6 +32,14 @@ def backend_status(backend: str) -> tuple[bool, str]:
     """(usable, reason) for a backend on this machine, without importing heavy libraries."""
     if backend == "hf":
         return True, ""
+    if backend == "llamacpp":
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            from app.engines.llamacpp import INSTALL_HINT
+
+            return False, f"llama-cpp-python not installed: {INSTALL_HINT}"
+        return True, ""
     if backend == "trtllm":
         try:
             from app.engines import trtllm
@@ -67,7 +75,17 @@ def engine_status(m: EngineManifest) -> EngineStatus:
     from app.engines.cache import is_cached, weights_present
 
     ok, why = manifest_backend_status(m)
-    if m.backend == "hf":
+    dtype = m.dtype
+    if m.backend == "llamacpp":  # the GGUF as it is: present, or joined once into the cache (gguf_parts)
+        from app.engines.cache import gguf_file_type, source_paths
+
+        present, pwhy = weights_present(m)
+        cached = is_cached(m)
+        usable = present or cached
+        reason = "" if usable else pwhy
+        if present:
+            dtype = gguf_file_type(source_paths(m)) or dtype
+    elif m.backend == "hf":
         cached = is_cached(m)
         present, pwhy = weights_present(m)
         if m.source_kind == "hf_dir":
@@ -80,7 +98,7 @@ def engine_status(m: EngineManifest) -> EngineStatus:
         name=m.name,
         backend=m.backend,
         description=m.description,
-        dtype=m.dtype,
+        dtype=dtype,
         device=m.device,
         size_bytes=m.size,
         present=present,

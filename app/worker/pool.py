@@ -20,6 +20,10 @@ def open_engine(manifest: EngineManifest, device: str | None, dtype: str | None,
         from app.engines.hf import HFEngine
 
         return HFEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
+    if manifest.backend == "llamacpp":
+        from app.engines.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
     if manifest.backend == "trtllm":
         try:
             from app.engines import trtllm
@@ -73,6 +77,12 @@ class EnginePool:
         if name in self._tokenizers:
             return self._tokenizers[name]
         manifest = resolve(name)
+        if manifest.backend == "llamacpp":
+            from app.engines.llamacpp import load_gguf_tokenizer
+
+            tok = load_gguf_tokenizer(manifest, self._progress(name))
+            self._tokenizers[name] = tok
+            return tok
         if manifest.backend != "hf":
             return None
         from app.engines.cache import prepare

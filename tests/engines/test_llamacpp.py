@@ -1,0 +1,215 @@
+"""llama.cpp engines (backend = "llamacpp"): SmolLM2's packaged Q4_1 GGUF run as it is by llama-cpp-python, for
+real (no mock): loading, llama.cpp's own tokenizer against the HF one, the decode state the loop drives (logits
+only where asked, crop, one KV cache per lane), the loop's lanes on it, a draft across backends, and bad input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.core.errors import EngineError
+from app.core.events import RunDone, RunError, StepEvent
+from app.core.setups import Sampling
+from app.engines.registry import EngineManifest, load_manifest, resolve
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by `make` (pyproject dependency)")
+
+from app.engines.llamacpp import LlamaCppDecodeState, LlamaCppEngine, load_gguf_tokenizer  # noqa: E402
+
+LC_SMOL = "llamacpp-smollm2-135m-instruct"
+PROMPT = "Rename the variable x to total in: def f(x):\n    return x * 2 + x\n"
+LONG = ("Complete this Python function that checks whether a string is a palindrome, ignoring case and "
+        "non-alphanumeric characters:\n\ndef is_palindrome(s: str) -> bool:\n")
+
+
+@pytest.fixture(scope="module")
+def eng() -> LlamaCppEngine:
+    return LlamaCppEngine(resolve(LC_SMOL))
+
+
+def test_loads_the_gguf_as_it_is(eng):
+    """Seconds to load, the GGUF's quantisation as dtype, its own file (no fp32 copy), SmolLM2's vocabulary."""
+    t0 = time.perf_counter()
+    e = LlamaCppEngine(resolve(LC_SMOL))
+    assert time.perf_counter() - t0 < 10
+    assert (e.backend, e.device, e.dtype, e.vocab_size) == ("llamacpp", "cpu", "Q4_1", 49152)
+    assert e.gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and e.context_length == 4096
+    assert 2 in e.eos_ids  # <|im_end|>
+
+
+def test_gguf_tokenizer_matches_the_hf_one(eng, smollm2_tokenizer):
+    """llama.cpp's tokenizer from the GGUF passes the cross-engine check against transformers' (same probe ids,
+    same vocabulary) and the chat template from the GGUF gives the same prompt ids as transformers'."""
+    from app.engines.base import PROBE_TEXT, check_tokenizers
+
+    tok = load_gguf_tokenizer(resolve(LC_SMOL))  # vocab-only: no weights
+    check_tokenizers("smollm2-135m-instruct", smollm2_tokenizer, LC_SMOL, tok)
+    assert tok.encode(PROBE_TEXT, add_special_tokens=False) == smollm2_tokenizer.encode(PROBE_TEXT, add_special_tokens=False)
+    hf = smollm2_tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=True)
+    hf = list(hf["input_ids"] if not isinstance(hf, list) else hf)
+    assert eng.encode_prompt(PROMPT, chat=True) == hf
+    assert eng.decode(hf[-5:]) == smollm2_tokenizer.decode(hf[-5:], skip_special_tokens=True)
+
+
+def test_decode_state_logits_where_asked_and_crop(eng):
+    """forward returns logits for the last `keep` positions only; crop rolls the KV cache back so the same tokens
+    give the same logits again; two states (two lanes) do not share a cache."""
+    ids = eng.encode_prompt(PROMPT)
+    a = eng.new_state()
+    assert isinstance(a, LlamaCppDecodeState)
+    first = a.forward(ids, last_only=True)
+    assert first.shape == (1, 49152) and first.dtype == torch.float32 and a.length == len(ids)
+    nxt = [int(first.argmax())]
+    for _ in range(4):
+        nxt.append(int(a.forward([nxt[-1]], last_only=True)[0].argmax()))
+    a.crop(len(ids) + 1)
+    rows = a.forward(nxt[1:], keep=3)
+    assert rows.shape == (3, 49152) and a.length == len(ids) + 5
+    a.crop(len(ids) + 1)
+    again = a.forward(nxt[1:], keep=3)
+    assert torch.equal(rows, again)  # same tokens, same batch: the same logits after a crop
+    b = eng.new_state()
+    assert b.length == 0
+    assert torch.equal(b.forward(ids, last_only=True), first)  # untouched by a's tokens
+    with pytest.raises(ValueError):
+        a.crop(a.length + 1)
+
+
+def _lane(target, drafter, ids, max_new=32):
+    from app.speculative.loop import run_lane
+
+    evs = list(run_lane(target, drafter, ids, Sampling(max_new_tokens=max_new)))
+    assert isinstance(evs[-1], RunDone)
+    return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
+
+
+def test_loop_lanes_on_llamacpp_and_the_verifier_is_exact_on_its_logits(eng, monkeypatch):
+    """Baseline, n-gram and a self-draft on llama.cpp. The verifier is lossless given the logits it gets: every
+    step's accepted drafts and target token are exactly what the recorded llama.cpp logits say (argmax). Against
+    the baseline the outputs agree up to the first divergence, which batched-vs-single numerics may cause and the
+    stats report (never hidden)."""
+    from app.core.metrics import first_divergence
+    from app.speculative.drafters import DraftModelDrafter, NGramDrafter
+
+    ids = eng.encode_prompt(LONG)
+    _, base = _lane(eng, None, ids)
+    assert base.new_tokens == 32 and base.output_text.strip()
+    seen: list[tuple[list[int], torch.Tensor]] = []
+    real = LlamaCppDecodeState.forward
+
+    def spy(self, toks, last_only=False, keep=0):
+        out = real(self, toks, last_only=last_only, keep=keep)
+        if self is spied[0]:
+            seen.append((list(toks), out))
+        return out
+
+    spied: list = [None]
+    real_new = LlamaCppEngine.new_state
+
+    def new_state(self):
+        st = real_new(self)
+        if spied[0] is None:
+            spied[0] = st  # the target's state (the loop creates it first)
+        return st
+
+    monkeypatch.setattr(LlamaCppDecodeState, "forward", spy)
+    monkeypatch.setattr(LlamaCppEngine, "new_state", new_state)
+    steps, st = _lane(eng, NGramDrafter(3, 6), ids)
+    monkeypatch.undo()
+    assert len(seen) == len(steps)  # one target forward per step
+    for (fed, logits), e in zip(seen, steps, strict=True):
+        greedy = logits.argmax(-1).tolist()
+        a = e.accepted_count
+        if e.drafted_ids:
+            assert fed[len(fed) - len(e.drafted_ids):] == list(e.drafted_ids)  # the drafts went in with this forward
+        assert list(e.drafted_ids[:a]) == greedy[:a]  # accepted exactly where the target agrees
+        if e.target_id is not None:
+            assert e.target_id == greedy[a]
+    d = first_divergence(list(base.output_ids), list(st.output_ids))
+    assert st.output_ids[: d if d is not None else None] == base.output_ids[: d if d is not None else None]
+    _, self_draft = _lane(eng, DraftModelDrafter(eng, 4), ids)
+    assert self_draft.drafted > 0 and self_draft.accepted / self_draft.drafted > 0.8
+
+
+def test_a_llamacpp_draft_serves_a_pytorch_target(tmp_path):
+    """Across backends: SmolLM2 fp32 on PyTorch as the target, the same model's Q4_1 GGUF on llama.cpp as the
+    draft, through the worker's scheduler (tokenizer check, then the lane)."""
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    pool = EnginePool()
+    spec = LaneSpec("L1", f"draft:{LC_SMOL},k=4", "p", LONG)
+    evs = list(lane_events(pool, "smollm2-135m-instruct", spec, Sampling(max_new_tokens=24), chat=True, cancelled=lambda: False))
+    done = evs[-1]
+    assert isinstance(done, RunDone), evs[-1]
+    assert done.stats.new_tokens == 24 and done.stats.accepted / done.stats.drafted > 0.5
+
+
+def _manifest_file(tmp_path: Path, body: str, name: str = "lc") -> EngineManifest:
+    p = tmp_path / f"{name}.toml"
+    p.write_text(body)
+    return load_manifest(p)
+
+
+def test_parts_are_joined_once_into_the_cache(tmp_path, monkeypatch):
+    """gguf_parts: joined once (sha256 checked) into the cache entry, then used from there without rereading."""
+    from app.engines import cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = cache.source_paths(resolve(LC_SMOL))[0].read_bytes()
+    parts = []
+    for i, chunk in enumerate((src[:40_000_000], src[40_000_000:70_000_000], src[70_000_000:])):
+        p = tmp_path / f"part{i}.bin"
+        p.write_bytes(chunk)
+        parts.append(str(p))
+    sha = hashlib.sha256(src).hexdigest()
+    m = _manifest_file(tmp_path, f'backend = "llamacpp"\ndtype = "auto"\n[source]\ngguf_parts = {parts!r}\nsize = {len(src)}\nsha256 = "{sha}"\n'.replace("'", '"'))
+    path = cache.prepare_gguf(m)
+    assert path.name == "model.gguf" and path.stat().st_size == len(src) and path.parent.parent == tmp_path / "cache" / "specdeck"
+    mtime = path.stat().st_mtime_ns
+    calls = []
+    monkeypatch.setattr(cache, "_verify_stream", lambda *a, **k: calls.append(a))
+    assert cache.prepare_gguf(m) == path and not calls and path.stat().st_mtime_ns == mtime
+    e = LlamaCppEngine(m)
+    assert e.dtype == "Q4_1" and e.gguf == path
+
+
+def test_bad_input_is_one_clear_error(tmp_path, monkeypatch):
+    """Unknown or bad [llamacpp] keys, a GPU device, a corrupt part (sha256), a lane past n_ctx, and a missing
+    llama-cpp-python: each one EngineError naming the fix."""
+    gguf = str(resolve(LC_SMOL).source[0])
+    base = f'backend = "llamacpp"\n[source]\ngguf = "{gguf}"\n'
+    with pytest.raises(EngineError, match="unknown key 'n_gpu' in \\[llamacpp\\]"):
+        LlamaCppEngine(_manifest_file(tmp_path, base + "[llamacpp]\nn_gpu = 1\n"))
+    with pytest.raises(EngineError, match="n_ctx must be a positive integer"):
+        LlamaCppEngine(_manifest_file(tmp_path, base + "[llamacpp]\nn_ctx = 0\n"))
+    with pytest.raises(EngineError, match="run on the CPU in this build"):
+        LlamaCppEngine(_manifest_file(tmp_path, base), device="cuda")
+    with pytest.raises(EngineError, match="needs a GGUF source|exactly one of gguf, gguf_parts"):
+        _manifest_file(tmp_path, 'backend = "llamacpp"\n[source]\nhf_dir = "x"\n')
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bad = _manifest_file(tmp_path, base.replace('[source]\n', '[source]\nsha256 = "' + "0" * 64 + '"\n'), name="bad")
+    with pytest.raises(EngineError, match="sha256 of the weights"):
+        LlamaCppEngine(bad)
+    small = LlamaCppEngine(_manifest_file(tmp_path, base + "[llamacpp]\nn_ctx = 256\n", name="small"))
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    pool = EnginePool()
+    pool.put("small", small)
+    evs = list(lane_events(pool, "small", LaneSpec("L", "baseline", "p", PROMPT), Sampling(max_new_tokens=240), chat=True, cancelled=lambda: False))
+    assert isinstance(evs[-1], RunError) and "> the 256 positions of small" in evs[-1].message
+    import builtins
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda n, *a, **k: (_ for _ in ()).throw(ImportError(n)) if n == "llama_cpp" else real_import(n, *a, **k))
+    with pytest.raises(EngineError, match="llama-cpp-python is not installed") as ei:
+        LlamaCppEngine(_manifest_file(tmp_path, base, name="noimport"))
+    assert "make" in str(ei.value)
