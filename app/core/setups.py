@@ -59,6 +59,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "hf-assisted": "app.lanes.hf_reference",
     "hf-lookup": "app.lanes.hf_reference",
     "trtllm": "app.lanes.trtllm",
+    "llamacpp-lookup": "app.lanes.llamacpp_lookup",
 }
 
 

@@ -136,6 +136,7 @@ def test_loop_lanes_on_llamacpp_and_the_verifier_is_exact_on_its_logits(eng, mon
     assert self_draft.drafted > 0 and self_draft.accepted / self_draft.drafted > 0.8
 
 
+@pytest.mark.slow
 def test_a_llamacpp_draft_serves_a_pytorch_target(tmp_path):
     """Across backends: SmolLM2 fp32 on PyTorch as the target, the same model's Q4_1 GGUF on llama.cpp as the
     draft, through the worker's scheduler (tokenizer check, then the lane)."""
@@ -213,3 +214,39 @@ def test_bad_input_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(EngineError, match="llama-cpp-python is not installed") as ei:
         LlamaCppEngine(_manifest_file(tmp_path, base, name="noimport"))
     assert "make" in str(ei.value)
+
+
+def test_llamacpp_lookup_reference_lane(eng):
+    """`llamacpp-lookup[:k=N]`: llama-cpp-python's own prompt lookup on the llama.cpp target, tokens only, through
+    the scheduler; two such lanes interleaved each get their own Llama (one shared Llama once aborted the worker
+    in llama.cpp's sampler); greedy output equals the plain llama.cpp baseline's up to any numerics divergence;
+    on a PyTorch target it is refused with the fix."""
+    from app.core.metrics import first_divergence
+    from app.worker.messages import LaneSpec
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events, schedule
+
+    pool = EnginePool()
+    pool.put("lc", eng)
+    prompt = "Rename the variable x to total everywhere:\nx = 0\nfor i in range(10):\n    x += i\n    print(x)\nreturn x\n"
+    lanes = [LaneSpec(f"L{i}", s, "p", prompt, group="g") for i, s in enumerate(("baseline", "llamacpp-lookup:k=4", "llamacpp-lookup"))]
+    out: list = []
+    schedule(lanes, lambda spec: lane_events(pool, "lc", spec, Sampling(max_new_tokens=40), True, lambda: False), "interleaved", out.append)
+    done = {e.lane_id: e.stats for e in out if isinstance(e, RunDone)}
+    assert set(done) == {"L0", "L1", "L2"}, [e for e in out if isinstance(e, RunError)]
+    base = done["L0"]
+    for lid in ("L1", "L2"):
+        st = done[lid]
+        assert st.reference and st.drafted == 0 and st.new_tokens > 0
+        d = first_divergence(list(base.output_ids), list(st.output_ids))
+        assert st.output_ids[:d] == base.output_ids[:d] if d is not None else st.output_ids == base.output_ids
+    steps = [e for e in out if isinstance(e, StepEvent) and e.lane_id == "L2"]
+    assert all(e.target_kind == "reference" for e in steps) and sum(len(e.emitted_ids) for e in steps) == done["L2"].new_tokens
+    assert len(eng.__dict__["_lookup_pool"]) == 2  # one Llama per interleaved lane, returned for the next run
+    from app.speculative.llamacpp_lookup import LlamaLookupRunner
+
+    class Hf:
+        backend, name = "hf", "smollm2-135m-instruct"
+
+    with pytest.raises(Exception, match="llama.cpp target"):
+        LlamaLookupRunner(Hf())
