@@ -205,8 +205,17 @@ def _plan(args):
     if args.json and args.json != "-":
         _check_writable(args.json)
     labels = list(dict.fromkeys(parse_setup(s).label for s in ["baseline", *(args.setup or [])]))
+    # every target a lane is moved to (`…@<target>`) gets its own baseline, the one its speedups are measured against
+    with_bases: list[str] = []
+    for s in labels:
+        t = parse_setup(s).target
+        if t is not None and f"baseline@{t}" not in labels and f"baseline@{t}" not in with_bases:
+            with_bases.append(f"baseline@{t}")
+        with_bases.append(s)
+    labels = with_bases
     return RunPlan(args.target, tuple(labels), tuple(_prompts(args)), sampling, mode=args.mode, chat=not args.no_chat,
-                   repeats=args.repeats, device=args.device, dtype=args.dtype, warmup_tokens=max(0, args.warmup), run_id="bench")
+                   repeats=args.repeats, device=args.device, dtype=args.dtype, warmup_tokens=max(0, args.warmup), run_id="bench",
+                   reference=args.reference)
 
 
 class _Bench:
@@ -240,12 +249,12 @@ class _Bench:
         """Start the worker and load the target and drafts. Raises SpecDeckError / WorkerDiedError / _Stuck."""
         from app.core.errors import WorkerDiedError
         from app.core.events import RunError
-        from app.worker.messages import EnginesLoaded, LoadEngines, WorkerDied
+        from app.worker.messages import EnginesLoaded, WorkerDied
 
         c, plan = self.client, self.plan
         ready = c.start()
         self.say(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})")
-        c.send(LoadEngines("load", plan.target, plan.drafts, plan.device, plan.dtype))
+        c.send(plan.load_command())
         while True:
             try:
                 ev = c.get(timeout=self.silence_s)
@@ -385,6 +394,12 @@ def render_summary(doc: dict) -> str:
         n_ident = sum(1 for r in rs if r.get("identical_to_baseline"))
         divs = [r.get("first_divergence") for r in rs if r.get("identical_to_baseline") is False]
         ident = f"{n_ident}/{len(rs)}" + (f" (first diff @{min(d for d in divs if d is not None)})" if divs and any(d is not None for d in divs) else "")
+        if doc.get("reference"):
+            if s["setup"] == doc["reference"]:
+                ident += " | ref"
+            else:
+                rdivs = [r.get("reference_divergence") for r in rs]
+                ident += " | = ref" if rdivs and all(d is None for d in rdivs) else f" | ref @{min(d for d in rdivs if d is not None)}"
         rows.append(
             [
                 s["setup"],
@@ -406,6 +421,9 @@ def render_summary(doc: dict) -> str:
         ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"],
         rows,
     )
+    if doc.get("reference"):
+        table += (f"\nidentical: against the baseline of the lane's own target; after |: against the reference lane {doc['reference']} "
+                  "(= same tokens, @N first difference)")
     if stalled:
         table += "\n! a lane's clock includes a stall (the worker was stopped or starved): that speedup is not trustworthy"
     if any("streamed" in s.get("counts_source", "") for s in doc["summary"]):
@@ -490,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--warmup", type=int, default=8, help="tokens per setup in an unrecorded warm-up run (0 = none)")
     b.add_argument("--mode", choices=["sequential", "interleaved"], default="sequential")
+    b.add_argument("--reference", metavar="SETUP", help="the lane every output is compared with (first divergence); default: the "
+                   "baseline when lanes run on several targets (SETUP@ENGINE)")
     b.add_argument("--device", default=None, help="cpu | cuda (default: the manifest's)")
     b.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
     b.add_argument("--no-chat", action="store_true", help="do not apply the chat template")

@@ -92,7 +92,8 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class LaneStarted:
-    """A lane begins decoding; `prompt_ids` is what the target sees."""
+    """A lane begins decoding; `prompt_ids` is what the target sees; `engine` says what runs it:
+    "<engine name> · <backend> · <precision>" (e.g. "llamacpp-qwen2.5-coder-1.5b-instruct · llamacpp · Q4_K_M")."""
 
     lane_id: str
     setup: str
@@ -100,6 +101,7 @@ class LaneStarted:
     repeat: int
     prompt_ids: tuple[int, ...]
     prompt_text: str
+    engine: str = ""
 
 
 @dataclass(frozen=True, slots=True)

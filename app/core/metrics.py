@@ -54,7 +54,9 @@ class LaneStats:
     `counts_source` says where `drafted`/`accepted` come from: "steps" (every step's drafts known), "streamed"
     (inferred from streamed chunk sizes, assuming k drafts per iteration: TensorRT-LLM's counts-only lanes) or
     "engine" (the backend's own per-request counters). `notes` are what the lane must tell the reader (e.g. a
-    backend that decoded greedily although sampling was asked).
+    backend that decoded greedily although sampling was asked). `reference_divergence` is where the output first
+    differs from the run's chosen reference lane (same prompt and repeat; e.g. PyTorch fp32 against llama.cpp),
+    None when identical or not compared.
     """
 
     setup: str
@@ -83,6 +85,7 @@ class LaneStats:
     stall_s: float = 0.0
     counts_source: str = "steps"
     notes: tuple[str, ...] = ()
+    reference_divergence: int | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -128,6 +131,22 @@ class LaneStats:
         d["mean_accepted_len"] = self.mean_accepted_len
         d["per_position_acceptance"] = [None if math.isnan(x) else x for x in self.per_position_acceptance]
         return d
+
+
+def setup_target(label: str) -> str | None:
+    """The engine a lane's setup label moves it to (`…@<engine>`), None for the run's target."""
+    head, at, target = label.rpartition("@")
+    return target if at and head else None
+
+
+def baseline_of(label: str) -> str:
+    """The label of the baseline lane a setup is measured against: the baseline of its own target."""
+    t = setup_target(label)
+    return f"baseline@{t}" if t else "baseline"
+
+
+def is_baseline(label: str) -> bool:
+    return label == baseline_of(label)
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -217,12 +236,13 @@ def _mean(xs: Iterable[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> list[SetupSummary]:
+def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
     """Pool runs per setup, in first-seen order.
 
     speedup = Σ baseline wall / Σ setup wall over the prompts and repeats both ran (same run, same
-    prompts). α and τ are pooled (Σa/Σk, Σtokens/Σsteps). c = mean draft forward time / mean baseline
-    target step time, both measured in this run.
+    prompts), the baseline being that of the setup's own target (`baseline` or `baseline@<target>`). α and τ
+    are pooled (Σa/Σk, Σtokens/Σsteps). c = mean draft forward time / mean baseline target step time, both
+    measured in this run on the same target.
     """
     order: list[str] = []
     by: dict[str, list[LaneStats]] = {}
@@ -231,14 +251,14 @@ def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> li
             order.append(r.setup)
             by[r.setup] = []
         by[r.setup].append(r)
-    base = {(r.prompt_id, r.repeat): r for r in by.get(baseline_setup, [])}
-    base_step = None
-    if base:
-        bs = sum(r.decode_steps for r in base.values())
-        base_step = sum(r.t_verify_s for r in base.values()) / bs if bs else None
     out = []
     for name in order:
         rs = by[name]
+        base = {(r.prompt_id, r.repeat): r for r in by.get(baseline_of(name), [])}
+        base_step = None
+        if base:
+            bs = sum(r.decode_steps for r in base.values())
+            base_step = sum(r.t_verify_s for r in base.values()) / bs if bs else None
         wall = sum(r.wall_s for r in rs)
         toks = sum(r.new_tokens for r in rs)
         steps = sum(r.steps for r in rs)
@@ -259,7 +279,7 @@ def summarize(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> li
         theo = None
         if alpha is not None and c is not None:
             theo = theoretical_speedup(alpha, mean_k, c)
-        elif name == baseline_setup:
+        elif is_baseline(name):
             theo = 1.0
         td = sum(r.t_draft_s for r in rs)
         tv = sum(r.t_verify_s for r in rs)

@@ -6,8 +6,9 @@ import math
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
-from app.core.metrics import LaneStats, summarize
+from app.core.metrics import LaneStats, baseline_of, first_divergence, is_baseline, summarize
 
 __all__ = ["attach_baseline", "build_report", "RUN_KEYS"]
 
@@ -31,14 +32,20 @@ RUN_KEYS = (
 )
 
 
-def attach_baseline(runs: Sequence[LaneStats], baseline_setup: str = "baseline") -> list[LaneStats]:
-    """Fill identical_to_baseline / first_divergence / speedup of every run from the baseline run of the same
-    prompt and repeat (computed, never assumed)."""
-    base = {(r.prompt_id, r.repeat): r for r in runs if r.setup == baseline_setup}
+def attach_baseline(runs: Sequence[LaneStats], reference: str | None = None) -> list[LaneStats]:
+    """Fill identical_to_baseline / first_divergence / speedup of every run from the baseline run of its own
+    target (`baseline` or `baseline@<target>`) on the same prompt and repeat, and — with `reference`, a setup
+    label — reference_divergence from that setup's run (computed, never assumed)."""
+    base = {(r.setup, r.prompt_id, r.repeat): r for r in runs if is_baseline(r.setup)}
+    ref = {(r.prompt_id, r.repeat): r for r in runs if reference is not None and r.setup == reference}
     out = []
     for r in runs:
-        b = base.get((r.prompt_id, r.repeat))
-        out.append(r.with_baseline(b) if b is not None else r)
+        b = base.get((baseline_of(r.setup), r.prompt_id, r.repeat))
+        r = r.with_baseline(b) if b is not None else r
+        x = ref.get((r.prompt_id, r.repeat))
+        if x is not None and x is not r:
+            r = replace(r, reference_divergence=first_divergence(r.output_ids, x.output_ids))
+        out.append(r)
     return out
 
 
@@ -60,13 +67,14 @@ def build_report(
     *,
     sampling: dict | None = None,
     extra: dict | None = None,
+    reference: str | None = None,
 ) -> dict:
     """The JSON document: {"target", "device", "dtype", "runs": [...], "summary": [...]} plus metadata.
 
     Each run carries the DESIGN.md keys first, then the extra measurements (prefill, draft/verify times,
     per-position acceptance, first divergence).
     """
-    runs = attach_baseline(runs)
+    runs = attach_baseline(runs, reference)
     run_rows = []
     for r in runs:
         d = r.to_json()
@@ -80,6 +88,8 @@ def build_report(
         "runs": run_rows,
         "summary": [s.to_json() for s in summarize(runs)],
         "sampling": sampling or {},
+        "reference": reference,
+        "targets": list(dict.fromkeys(baseline_of(r.setup).partition("@")[2] or target for r in runs)),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "processor": platform.processor()},
     }

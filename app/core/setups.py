@@ -11,9 +11,11 @@ module registers itself or exposes ``KIND`` (or ``KINDS``).
 The parser, the grammar in error messages, the scheduler, the GUI setup editor and the README all read this
 registry. String form::
 
-    <prefix>[:<engine>][,key=value…]      (or <prefix>:key=value… for kinds without an engine)
+    <prefix>[:<engine>][,key=value…][@<target>]      (or <prefix>:key=value… for kinds without an engine)
 
-Every setup's ``.label`` parses back to an equal setup.
+``@<target>`` runs the lane on another target engine than the run's (any kind whose lane runs on the target:
+e.g. ``baseline@llamacpp-qwen2.5-coder-1.5b-instruct``); its speedup is then measured against the baseline of
+that target. Every setup's ``.label`` parses back to an equal setup.
 
 This module is stdlib only: kind modules are imported by name, never at import time of core.
 """
@@ -167,10 +169,16 @@ def engine_arg(role: str = "draft", *, backends: Sequence[str] | None = None, he
     return dataclasses.field(metadata={"specdeck_engine": EngineArg(role, tuple(backends) if backends else None, help, example)})
 
 
+@dataclass(frozen=True)
 class SetupBase:
-    """Base of every setup type's frozen dataclass: the label and the engines a lane needs come from its kind."""
+    """Base of every setup type's frozen dataclass: the label and the engines a lane needs come from its kind.
+
+    Attributes:
+        target: the engine this lane runs on instead of the run's target (`…@<engine>`); None: the run's.
+    """
 
     prefix: ClassVar[str] = ""
+    target: str | None = dataclasses.field(default=None, kw_only=True, metadata={"specdeck_target": True})
 
     @property
     def label(self) -> str:
@@ -213,6 +221,8 @@ class SetupKind:
         self.engine: EngineArg | None = None
         params: list[Param] = []
         for f in dataclasses.fields(setup_cls):
+            if "specdeck_target" in f.metadata:
+                continue
             if "specdeck_engine" in f.metadata:
                 if f.name != "engine":
                     raise TypeError(f"{setup_cls.__name__}: the engine argument must be the field 'engine'")
@@ -231,13 +241,19 @@ class SetupKind:
         return f"SetupKind({self.prefix!r})"
 
     # --- strings ------------------------------------------------------------------------------------
+    @property
+    def takes_target(self) -> bool:
+        """The lane runs on a target engine (so `@<target>` can move it); False for kinds running their own engine."""
+        return self.engine is None or self.engine.role != "lane"
+
     def syntax(self) -> str:
-        """`draft:<engine>[,k=4][,…]` or `ngram[:n=3,k=8]` as the grammar shows it."""
+        """`draft:<engine>[,k=4][,…][@<target>]` or `ngram[:n=3,k=8][@<target>]` as the grammar shows it."""
+        at = "[@<target>]" if self.takes_target else ""
         if self.engine is not None:
-            return f"{self.prefix}:<engine>" + "".join(f"[,{p.syntax()}]" for p in self.params)
+            return f"{self.prefix}:<engine>" + "".join(f"[,{p.syntax()}]" for p in self.params) + at
         if self.params:
-            return f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]"
-        return self.prefix
+            return f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]" + at
+        return self.prefix + at
 
     def label(self, setup: Any) -> str:
         parts = []
@@ -246,14 +262,17 @@ class SetupKind:
             if v is None or (not p.always and v == p.default):
                 continue
             parts.append(f"{p.name}={p.format(v)}")
+        at = f"@{setup.target}" if setup.target else ""
         if self.engine is not None:
-            return f"{self.prefix}:{','.join([setup.engine, *parts])}"
-        return f"{self.prefix}:{','.join(parts)}" if parts else self.prefix
+            return f"{self.prefix}:{','.join([setup.engine, *parts])}{at}"
+        return (f"{self.prefix}:{','.join(parts)}" if parts else self.prefix) + at
 
-    def parse(self, text: str, rest: str) -> Any:
+    def parse(self, text: str, rest: str, target: str | None = None) -> Any:
         def bad(why: str) -> SetupError:
             return _bad(text, why)
 
+        if target is not None and not self.takes_target:
+            raise bad(f"{self.prefix} runs its own engine: it takes no @<target>")
         parts = rest.split(",") if rest.strip() else []
         kw: dict[str, Any] = {}
         if self.engine is not None:
@@ -279,7 +298,7 @@ class SetupKind:
                 raise bad(f"parameter {key!r} given twice")
             seen.add(key)
             kw[key] = by_name[key].parse(value, bad)
-        return self.setup_cls(**kw)
+        return self.setup_cls(**kw, target=target)
 
     # --- engines ------------------------------------------------------------------------------------
     def draft_engines(self, setup: Any) -> tuple[tuple[str, str | None], ...]:
@@ -350,7 +369,7 @@ def kind_of(setup: Any) -> SetupKind:
 
 def grammar() -> str:
     """The setup grammar, read from the registry (error messages, tooltips, README)."""
-    lines = ["setup grammar (python -m app setups explains each):"]
+    lines = ["setup grammar (python -m app setups explains each; @<target>: run the lane on another target engine):"]
     for k in kinds():
         lines.append(f"  {k.syntax()}")
     notes = []
@@ -376,13 +395,21 @@ def parse_setup(text: str) -> Any:
     s = text.strip()
     if not s:
         raise _bad(text, "empty")
+    target: str | None = None
+    if "@" in s:
+        s, _, target = s.rpartition("@")
+        s, target = s.strip(), target.strip()
+        if not target or any(c in target for c in ",: ") and not ("/" in target or "\\" in target):
+            raise _bad(text, "@ must be followed by a target engine name, e.g. baseline@llamacpp-qwen2.5-coder-1.5b-instruct")
+        if not s:
+            raise _bad(text, "empty")
     prefix, _, rest = s.partition(":")
     prefix = prefix.strip().lower()
     _load()
     kind = _kinds.get(prefix)
     if kind is None:
         raise _bad(text, f"unknown method {prefix!r}")
-    return kind.parse(text, rest)
+    return kind.parse(text, rest, target)
 
 
 @dataclass(frozen=True)

@@ -131,5 +131,5 @@ def scan_status() -> tuple[list[EngineStatus], list[ManifestProblem]]:
 
 def compatible(target: EngineStatus, draft: EngineStatus) -> bool:
     """Whether `draft` may draft for `target` by the manifests' tokenizer tags (the worker checks the real
-    tokenizers before loading the draft's weights)."""
-    return draft.name != target.name and bool(target.tokenizer) and target.tokenizer == draft.tokenizer and draft.backend == "hf"
+    tokenizers before loading the draft's weights). Drafts may come from another backend (hf ↔ llamacpp)."""
+    return draft.name != target.name and bool(target.tokenizer) and target.tokenizer == draft.tokenizer and draft.backend in ("hf", "llamacpp")

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
+from app.core.metrics import is_baseline
 from app.ui.lane_view import LaneView
 from app.ui.sinks import WorkerSilence
 from app.ui.theme import LANE_COLORS, LIGHT, Theme, token_format
@@ -155,6 +156,8 @@ class LanesArea(QWidget):
             elif not warm and v is not None:
                 v.add_step(ev, t_recv)
         elif isinstance(ev, LaneStarted) and not warm and v is not None:
+            if ev.engine:
+                v.set_setup(v.setup, ev.engine)  # which engine, backend and precision run this lane
             v.set_state("running", "prefill…")
         elif isinstance(ev, RunDone) and not warm and v is not None:
             v.finish(ev.stats, ev.cancelled)
@@ -192,7 +195,7 @@ class LanesArea(QWidget):
             s = by_lane.get(lid)
             if s is None:
                 continue
-            if s.setup == "baseline":
+            if is_baseline(s.setup):
                 v.set_badge("baseline", None)
             elif s.identical_to_baseline:
                 v.set_badge("✓ identical to baseline", True)

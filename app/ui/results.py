@@ -16,7 +16,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from app.core.events import RunDone, RunError
-from app.core.metrics import LaneStats, summarize
+from app.core.metrics import LaneStats, baseline_of, is_baseline, summarize
 from app.core.report import attach_baseline
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
@@ -52,7 +52,7 @@ class ResultRow:
         parts = []
         if s.stall_s > 0:
             parts.append(f"{s.stall_s:.1f} s of this lane's {s.wall_s:.1f} s were a stall")
-        if s.speedup is not None and self.base_stall_s > 0 and s.setup != "baseline":
+        if s.speedup is not None and self.base_stall_s > 0 and not is_baseline(s.setup):
             parts.append(f"the baseline's clock includes a {self.base_stall_s:.1f} s stall")
         if not parts:
             return ""
@@ -73,8 +73,8 @@ class ResultRow:
         def f(x, spec):
             return ("—", None) if x is None or (isinstance(x, float) and math.isnan(x)) else (format(x, spec), float(x))
 
-        if s.setup == "baseline" or s.identical_to_baseline is None:
-            vs = ("baseline" if s.setup == "baseline" else "—", "")
+        if is_baseline(s.setup) or s.identical_to_baseline is None:
+            vs = ("baseline" if is_baseline(s.setup) else "—", "")
         elif s.identical_to_baseline:
             vs = ("identical", "identical")
         else:
@@ -118,8 +118,8 @@ def result_rows(lanes: list[tuple[str, str, LaneStats]]) -> list[ResultRow]:
     """Rows for (lane label, colour, stats) of finished lanes, with baseline comparisons filled in."""
     stats = attach_baseline([s for _, _, s in lanes])
     theo = {x.setup: x.theoretical_speedup for x in summarize(stats)}
-    base_stall = {(s.prompt_id, s.repeat): s.stall_s for s in stats if s.setup == "baseline"}
-    return [ResultRow(label, color, s, theo.get(s.setup), base_stall_s=base_stall.get((s.prompt_id, s.repeat), 0.0))
+    base_stall = {(s.setup, s.prompt_id, s.repeat): s.stall_s for s in stats if is_baseline(s.setup)}
+    return [ResultRow(label, color, s, theo.get(s.setup), base_stall_s=base_stall.get((baseline_of(s.setup), s.prompt_id, s.repeat), 0.0))
             for (label, color, _), s in zip(lanes, stats, strict=False)]
 
 
@@ -277,8 +277,8 @@ class ResultsPanel(QWidget):
             return head + "." + extra
         if w is None:
             return "No lane finished." + extra
-        base = next((r for r in self.rows if r.stats.setup == "baseline"), None)
         s = w.stats
+        base = next((r for r in self.rows if r.stats.setup == baseline_of(s.setup)), None)
         if base is None:
             head = f"<b style='color:{w.color}'>{w.lane}</b> <code>{s.setup}</code> is fastest at <b>{s.tokens_per_s:.2f} tok/s</b> (add a baseline lane to see speedups)."
         elif w is base:

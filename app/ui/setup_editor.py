@@ -256,6 +256,11 @@ class SetupEditor(QWidget):
         for k in kinds():
             self.method.addItem(k.title, k.prefix)
             self.method.setItemData(self.method.count() - 1, k.summary, Qt.ItemDataRole.ToolTipRole)
+        self.target = QComboBox()
+        self.target.setObjectName("laneTarget")
+        self.target.setToolTip("the target engine this lane runs on (…@<engine>): the run's target, or another one — e.g. the "
+                               "same model on llama.cpp; its speedup is measured against that target's own baseline")
+        self.target.addItem("on the run's target", None)
         self.fields = QWidget()
         self._fields_layout = QVBoxLayout(self.fields)
         self._fields_layout.setContentsMargins(0, 0, 0, 0)
@@ -277,12 +282,14 @@ class SetupEditor(QWidget):
         self._engine_slot = QVBoxLayout()
         self._engine_slot.setContentsMargins(0, 0, 0, 0)
         g.addLayout(self._engine_slot, 0, 1)
-        g.addWidget(self.fields, 1, 0, 1, 2)
-        g.addWidget(self.line, 2, 0, 1, 2)
-        g.addWidget(self.error, 3, 0, 1, 2)
+        g.addWidget(self.target, 1, 0, 1, 2)
+        g.addWidget(self.fields, 2, 0, 1, 2)
+        g.addWidget(self.line, 3, 0, 1, 2)
+        g.addWidget(self.error, 4, 0, 1, 2)
         g.setColumnStretch(1, 1)
 
         self.method.currentIndexChanged.connect(self._method_chosen)
+        self.target.currentIndexChanged.connect(self._target_chosen)
         self.line.textEdited.connect(self._line_edited)
         self.set_setup(setup)
 
@@ -306,7 +313,7 @@ class SetupEditor(QWidget):
                         w.hide()
                         w.deleteLater()
             pg = KindFields(kind)
-            pg.set_engines(self._statuses, self._target_status)
+            pg.set_engines(self._statuses, self._lane_target_status())
             pg.edited.connect(self._field_edited)
             if pg.engine is not None:
                 self._engine_slot.addWidget(pg.engine)
@@ -337,10 +344,42 @@ class SetupEditor(QWidget):
         self._target_status = target_status
         self._updating = True
         try:
+            current = self.target.currentData()
+            self.target.clear()
+            self.target.addItem("on the run's target", None)
+            for st in self._statuses:
+                if st.backend in ("hf", "llamacpp") and st.usable:
+                    self.target.addItem(f"on {st.name} ({st.backend}, {st.dtype})", st.name)
+            self._select_target(current)
             for pg in self._pages.values():
-                pg.set_engines(self._statuses, target_status)
+                pg.set_engines(self._statuses, self._lane_target_status())
         finally:
             self._updating = False
+
+    def _lane_target_status(self):
+        """The status of the engine this lane runs on (its own target, else the run's): drafts must match it."""
+        name = self._values.get("target")
+        return next((st for st in self._statuses if st.name == name), self._target_status) if name else self._target_status
+
+    def _select_target(self, name: str | None) -> None:
+        i = self.target.findData(name)
+        if i < 0 and name:
+            self.target.addItem(f"on {name}", name)
+            i = self.target.count() - 1
+        self.target.setCurrentIndex(max(0, i))
+
+    def _target_chosen(self, _i: int) -> None:
+        if self._updating:
+            return
+        self._values["target"] = self.target.currentData()
+        pg = self.page()
+        if pg is not None:
+            self._updating = True
+            try:
+                pg.set_engines(self._statuses, self._lane_target_status())
+            finally:
+                self._updating = False
+        self._compose()
 
     # --- value -------------------------------------------------------------------------------------
     def setup(self) -> str:
@@ -368,6 +407,8 @@ class SetupEditor(QWidget):
             self._values = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)}
             self._values_kind = kind
             self._show_page(kind.prefix)
+            self._select_target(s.target)
+            self.target.setEnabled(kind.takes_target)
         finally:
             self._updating = False
         self._set_error(None)
@@ -382,6 +423,9 @@ class SetupEditor(QWidget):
         if kind is None or pg is None:
             return
         values = {f.name: f.default for f in dataclasses.fields(kind.setup_cls) if f.default is not dataclasses.MISSING}
+        values["target"] = self._values.get("target") if kind.takes_target else None
+        self.target.setEnabled(kind.takes_target)
+        pg.set_engines(self._statuses, self._lane_target_status())
         if kind.engine is not None:
             same = prev is not None and prev.engine is not None and (prev.engine.role, prev.engine.backends) == (kind.engine.role, kind.engine.backends)
             values["engine"] = (self._values.get("engine") if same else "") or _first_usable(pg.engine)

@@ -141,6 +141,12 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
                         d, ddtype = (d, None) if isinstance(d, str) else d
                         e = pool.get_draft(cmd.target, t, d, cmd.device, ddtype or cmd.dtype)
                         loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
+                    for other, drafts in cmd.others:  # lanes moved to another target (`…@<target>`)
+                        o = pool.get(other, cmd.device, cmd.dtype)
+                        loaded.append((other, o.device, o.dtype, getattr(o, "load_s", 0.0)))
+                        for d, ddtype in drafts:
+                            e = pool.get_draft(other, o, d, cmd.device, ddtype or cmd.dtype)
+                            loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
                     emit(EnginesLoaded(cmd.request_id, tuple(loaded)))
                 except SpecDeckError as e:
                     emit(RunError(None, str(e), kind=type(e).__name__))

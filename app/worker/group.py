@@ -42,7 +42,8 @@ def lane_python(setup: str) -> str | None:
     from app.engines.environments import worker_python
     from app.engines.registry import resolve
 
-    engine = parse_setup(setup).lane_engine
+    parsed = parse_setup(setup)
+    engine = parsed.lane_engine or parsed.target  # the lane's own engine, or the target it was moved to
     if engine is None:
         return None
     return worker_python(resolve(engine))

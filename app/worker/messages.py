@@ -54,6 +54,7 @@ class LoadEngines:
     drafts: tuple[str | tuple[str, str | None], ...] = ()  # names, or (name, draft dtype)
     device: str | None = None
     dtype: str | None = None
+    others: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()  # other targets (`…@<target>` lanes) and their drafts
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 warm-up run, and the collection of what comes back into stats, errors and the JSON report.
 
     plan = RunPlan(target, setups, prompts, sampling, mode="interleaved", repeats=2, warmup_tokens=8)
-    client.send(LoadEngines("load", plan.target, plan.drafts, plan.device, plan.dtype))
+    client.send(plan.load_command())
     if (w := plan.warmup_command()) is not None: client.send(w)        # unrecorded
     client.send(plan.command())
     results = RunResults(plan); for ev in events: results.on_event(ev)
@@ -57,6 +57,7 @@ class RunPlan:
     dtype: str | None = None
     warmup_tokens: int = 0
     run_id: str = field(default_factory=lambda: f"run{int(time.time() * 1000) % 10**9}")
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "setups", tuple(self.setups))
@@ -77,6 +78,9 @@ class RunPlan:
             seen[p.id] = i
         for s in self.setups:
             parse_setup(s)  # raises with the grammar
+        if self.reference is not None and parse_setup(self.reference).label not in {parse_setup(s).label for s in self.setups}:
+            raise SetupError(f"the reference lane {self.reference!r} is not one of the run's setups",
+                             fix="name one of the --setup strings (or baseline) as --reference")
         self.sampling.validated()
 
     # --- lanes ------------------------------------------------------------------------------------------
@@ -116,13 +120,37 @@ class RunPlan:
 
     @property
     def drafts(self) -> tuple[tuple[str, str | None], ...]:
-        """(engine, precision) of every draft model the setups load beside the target, once each."""
-        return tuple(dict.fromkeys(d for s in self.setups for d in parse_setup(s).draft_engines))
+        """(engine, precision) of every draft model the setups on the run's target load beside it, once each."""
+        return tuple(dict.fromkeys(d for s in self.setups if parse_setup(s).target is None for d in parse_setup(s).draft_engines))
+
+    @property
+    def other_targets(self) -> tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...]:
+        """(target, its drafts) of the lanes moved to another target engine (`…@<target>`), in setup order."""
+        out: dict[str, dict] = {}
+        for s in self.setups:
+            setup = parse_setup(s)
+            if setup.target is not None:
+                out.setdefault(setup.target, {}).update(dict.fromkeys(setup.draft_engines))
+        return tuple((t, tuple(d)) for t, d in out.items())
+
+    @property
+    def report_reference(self) -> str | None:
+        """The lane every output is compared with (reference_divergence): the chosen one, else — when lanes run
+        on more than one target — the run's baseline."""
+        if self.reference is not None:
+            return parse_setup(self.reference).label
+        return "baseline" if self.other_targets and "baseline" in self.setups else None
 
     # --- commands -----------------------------------------------------------------------------------------
     @property
     def warmup_run_id(self) -> str:
         return f"{self.run_id}-warmup"
+
+    def load_command(self, request_id: str = "load"):
+        """LoadEngines for the run's target and drafts, and every other target with its drafts."""
+        from app.worker.messages import LoadEngines
+
+        return LoadEngines(request_id, self.target, self.drafts, self.device, self.dtype, others=self.other_targets)
 
     def command(self) -> RunLanes:
         return RunLanes(self.run_id, self.target, self.lanes, self.sampling, mode=self.mode, chat=self.chat,
@@ -187,7 +215,7 @@ class RunResults:
     def by_lane(self) -> dict[str, LaneStats]:
         """lane id → stats with baseline comparisons, in plan order, for lanes that completed (not cancelled)."""
         ids = [lid for lid in sorted(self.stats, key=lambda x: self._order.get(x, 1 << 30)) if lid not in self.cancelled]
-        return dict(zip(ids, attach_baseline([self.stats[i] for i in ids]), strict=True))
+        return dict(zip(ids, attach_baseline([self.stats[i] for i in ids], self.plan.report_reference), strict=True))
 
     def completed(self) -> list[LaneStats]:
         """Stats of completed lanes, setup by setup in the plan's order (baseline comparisons filled in)."""
@@ -229,5 +257,5 @@ class RunResults:
         }
         meta.update(extra or {})
         sampling = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed, "max_new_tokens": s.max_new_tokens}
-        return build_report(p.target, device, dtype, self.completed(), sampling=sampling, extra=meta)
+        return build_report(p.target, device, dtype, self.completed(), sampling=sampling, extra=meta, reference=p.report_reference)
 

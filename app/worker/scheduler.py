@@ -87,11 +87,12 @@ def lane_events(
     """
     try:
         setup = parse_setup(spec.setup)
-        runner = kind_of(setup).build(setup, PoolEnv(pool, target_name, device, dtype))
+        runner = kind_of(setup).build(setup, PoolEnv(pool, setup.target or target_name, device, dtype))
         engine = runner.engine
         prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
         check_context(engine, len(prompt_ids), sampling.max_new_tokens)
-        yield LaneStarted(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, tuple(prompt_ids), spec.prompt)
+        about = f"{getattr(engine, 'name', '?')} · {getattr(engine, 'backend', '?')} · {getattr(engine, 'dtype', '?')}"
+        yield LaneStarted(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, tuple(prompt_ids), spec.prompt, about)
         sampling = sampling.validated()
         rec = LaneRecorder(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, sampling.max_new_tokens, engine.eos_ids,
                            engine.detokenizer(prompt_ids))

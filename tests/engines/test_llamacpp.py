@@ -250,3 +250,30 @@ def test_llamacpp_lookup_reference_lane(eng):
 
     with pytest.raises(Exception, match="llama.cpp target"):
         LlamaLookupRunner(Hf())
+
+
+def test_bench_puts_pytorch_and_llamacpp_lanes_side_by_side(tiny_pair, tmp_path):
+    """`bench` with lanes moved to a llama.cpp target (`…@<engine>`): that target gets its own baseline (added
+    automatically), each speedup is against its own target's baseline, the PyTorch baseline is the reference for
+    first divergence, and the lanes say which engine, backend and precision ran them."""
+    import json
+    import subprocess
+    import sys
+
+    target, _ = tiny_pair
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "app", "bench", "--target", str(target), "--setup", f"ngram@{LC_SMOL}",
+           "--setup", f"draft:{LC_SMOL},k=4@{LC_SMOL}", "--prompt", LONG, "--max-new-tokens", "24", "--mode", "interleaved",
+           "--warmup", "0", "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    setups = [x["setup"] for x in doc["summary"]]
+    assert setups == ["baseline", f"baseline@{LC_SMOL}", f"ngram:n=3,k=8@{LC_SMOL}", f"draft:{LC_SMOL},k=4@{LC_SMOL}"]
+    runs = {x["setup"]: x for x in doc["runs"]}
+    lc_base = runs[f"baseline@{LC_SMOL}"]
+    for s in setups[2:]:
+        assert runs[s]["speedup"] == pytest.approx(lc_base["wall_s"] / runs[s]["wall_s"])
+    assert doc["reference"] == "baseline" and lc_base["reference_divergence"] is not None  # a random tiny model vs SmolLM2
+    assert "| ref" in r.stdout and f"baseline@{LC_SMOL}" in r.stdout
+    assert f"loaded {LC_SMOL} on cpu (Q4_1)" in r.stderr

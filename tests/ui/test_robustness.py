@@ -278,3 +278,13 @@ def test_inferred_alpha_and_lane_notes_show_in_the_results(qtbot, win):
     assert inferred.text() == "~0.500" and note in inferred.toolTip() and "greedily" in inferred.toolTip()
     exact = t.item(rows[SETUPS[2]], col["α"])
     assert exact.text() == "0.333" and not exact.toolTip()
+
+
+def test_each_lane_header_says_engine_backend_and_precision(qtbot, win):
+    """LaneStarted carries what runs the lane (engine · backend · precision); the lane's header shows it."""
+    from app.core.events import LaneStarted
+
+    _start(qtbot, win)
+    win.bridge.feed(LaneStarted("L2", SETUPS[1], "custom", 0, (1,), "x", "llamacpp-qwen2.5-coder-1.5b-instruct · llamacpp · Q4_K_M"))
+    v = win.lanes.by_id["L2"]
+    assert "llamacpp-qwen2.5-coder-1.5b-instruct · llamacpp · Q4_K_M" in v.title.text() and "Lane 2" in v.title.text()

@@ -334,3 +334,29 @@ def test_a_toy_setup_type_gets_its_declared_controls_and_round_trips(qtbot, toy_
         ed.line.textEdited.emit(bad)
         assert not ed.valid and why in ed.error_text and "toy:<engine>" in ed.error_text
     assert "toy:<engine>" in grammar()
+
+
+def test_a_lane_can_run_on_its_own_target(qtbot):
+    """The target picker moves a lane to another target engine (`…@<engine>`): hf and llama.cpp engines are
+    offered, the string round-trips, drafts are offered for the lane's own target, and kinds that run their own
+    engine (trtllm) cannot be moved."""
+    from app.ui.setup_editor import SetupEditor
+
+    st = [_status("qwen-big", "qwen"), _status("lc-qwen-big", "qwen", backend="llamacpp"), _status("lc-qwen-small", "qwen", backend="llamacpp"),
+          _status("smol", "smollm2"), _status("trt", "", backend="trtllm")]
+    ed = SetupEditor("ngram")
+    qtbot.addWidget(ed)
+    ed.set_engines(st, st[3])  # the run's target: smol
+    offered = [ed.target.itemData(i) for i in range(ed.target.count())]
+    assert offered == [None, "qwen-big", "lc-qwen-big", "lc-qwen-small", "smol"]  # no trtllm engine
+    ed.target.setCurrentIndex(ed.target.findData("lc-qwen-big"))
+    assert ed.setup() == "ngram:n=3,k=8@lc-qwen-big" and ed.valid
+    ed.method.setCurrentIndex(ed.method.findData("draft"))
+    combo = ed.control("engine")
+    drafts = [combo.itemData(i) for i in range(combo.count()) if combo.itemData(i)]
+    assert "lc-qwen-small" in drafts and "smol" not in drafts  # compatible with the lane's target, not the run's
+    assert ed.setup().endswith("@lc-qwen-big")
+    ed.set_setup("baseline@qwen-big")
+    assert ed.target.currentData() == "qwen-big" and ed.target.isEnabled()
+    ed.set_setup("trtllm:trt")
+    assert not ed.target.isEnabled() and ed.target.currentData() is None
