@@ -17,7 +17,8 @@ __all__ = ["main", "build_parser"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdeck gui", description="Compare decoding setups side by side.")
-    p.add_argument("--preset", help="start from a preset ('Baseline vs draft model vs n-gram', 'SmolLM2 quick'; aliases qwen, smollm2)")
+    p.add_argument("--preset", help="start from a preset ('PyTorch and llama.cpp side by side', 'Baseline vs draft model vs n-gram', "
+                   "'SmolLM2 quick'; aliases qwen, qwen-torch, smollm2)")
     p.add_argument("--target", help="target engine name or model folder")
     p.add_argument("--setup", action="append", default=None, help="a lane's setup string (repeatable, 1–4)")
     p.add_argument("--prompt", help="prompt text")

@@ -17,6 +17,7 @@ __all__ = [
     "Session",
     "PRESETS",
     "QWEN_PRESET",
+    "QWEN_TORCH_PRESET",
     "SMOL_PRESET",
     "default_preset_name",
     "preset",
@@ -196,11 +197,23 @@ class Session:
         return replace(self, **kw)
 
 
-QWEN_PRESET = "Baseline vs draft model vs n-gram"
+QWEN_PRESET = "PyTorch and llama.cpp side by side"
+QWEN_TORCH_PRESET = "Baseline vs draft model vs n-gram"
 SMOL_PRESET = "SmolLM2 quick"
+LC_TARGET = "llamacpp-qwen2.5-coder-1.5b-instruct"
 
 PRESETS: dict[str, Session] = {
+    # the same Qwen2.5-Coder pair on two engines: PyTorch fp32 (its baseline and our best draft lane) and the GGUF
+    # as it is on llama.cpp (its baseline and our best llama.cpp draft lane); each speedup against its own baseline
     QWEN_PRESET: Session(
+        target="qwen2.5-coder-1.5b-instruct",
+        setups=("baseline", "draft:qwen2.5-coder-0.5b-instruct,k=24,cstop=0.5,dtype=int8", f"baseline@{LC_TARGET}",
+                f"draft:llamacpp-qwen2.5-coder-0.5b-instruct,k=8,cstop=0.5@{LC_TARGET}"),
+        prompt=_CODE_PROMPT,
+        prompt_id="code-1",
+        sampling=Sampling(max_new_tokens=48),
+    ),
+    QWEN_TORCH_PRESET: Session(
         target="qwen2.5-coder-1.5b-instruct",
         setups=("baseline", "draft:qwen2.5-coder-0.5b-instruct,k=24,cstop=0.5,dtype=int8", "ngram"),
         prompt=_CODE_PROMPT,
@@ -227,14 +240,17 @@ def preset(name: str) -> Session:
     for n, s in PRESETS.items():
         if n.lower() == key:
             return s
-    aliases = {"qwen": QWEN_PRESET, "default": QWEN_PRESET, "smollm2": SMOL_PRESET, "smol": SMOL_PRESET, "quick": SMOL_PRESET}
+    aliases = {"qwen": QWEN_PRESET, "default": QWEN_PRESET, "qwen-torch": QWEN_TORCH_PRESET, "smollm2": SMOL_PRESET, "smol": SMOL_PRESET,
+               "quick": SMOL_PRESET}
     if key in aliases:
         return PRESETS[aliases[key]]
     raise SpecDeckError(f"unknown preset {name!r}", fix="presets: " + "; ".join(PRESETS))
 
 
 def default_preset_name(usable: set[str]) -> str:
-    """The Qwen pair when both of its engines are usable here, else the SmolLM2 preset."""
-    if {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"} <= usable:
-        return QWEN_PRESET
+    """PyTorch and llama.cpp side by side when the Qwen pair is usable on both, the PyTorch-only Qwen preset when
+    only there, else the SmolLM2 preset."""
+    torch_pair = {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"}
+    if torch_pair <= usable:
+        return QWEN_PRESET if {LC_TARGET, "llamacpp-qwen2.5-coder-0.5b-instruct"} <= usable else QWEN_TORCH_PRESET
     return SMOL_PRESET

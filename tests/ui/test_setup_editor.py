@@ -166,14 +166,19 @@ def test_draft_picker_lists_only_compatible_engines_and_greys_unusable(qtbot):
 
 def test_session_roundtrip_and_presets(tmp_path):
     from app.core.errors import SpecDeckError
-    from app.ui.session import PRESETS, QWEN_PRESET, SMOL_PRESET, Session, default_preset_name, preset
+    from app.core.setups import parse_setup
+    from app.ui.session import PRESETS, QWEN_PRESET, QWEN_TORCH_PRESET, SMOL_PRESET, Session, default_preset_name, preset
 
     s = PRESETS[SMOL_PRESET]
     p = tmp_path / "s.json"
     s.save(p)
     assert Session.load(p) == s
     assert json.loads(p.read_text())["setups"] == ["baseline", "ngram", "draft:smollm2-135m-instruct,k=4"]
-    assert default_preset_name({"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"}) == QWEN_PRESET
+    assert default_preset_name({"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"}) == QWEN_TORCH_PRESET
+    both = {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "llamacpp-qwen2.5-coder-1.5b-instruct", "llamacpp-qwen2.5-coder-0.5b-instruct"}
+    assert default_preset_name(both) == QWEN_PRESET
+    side = PRESETS[QWEN_PRESET].setups  # PyTorch baseline + draft lane, llama.cpp baseline + draft lane, each valid
+    assert [parse_setup(x).target for x in side] == [None, None, "llamacpp-qwen2.5-coder-1.5b-instruct", "llamacpp-qwen2.5-coder-1.5b-instruct"]
     assert default_preset_name({"smollm2-135m-instruct"}) == SMOL_PRESET
     assert preset("smollm2") is s
     with pytest.raises(SpecDeckError):
