@@ -30,7 +30,8 @@ run: deps models-qwen deb-gui
 	  echo "No display (DISPLAY/WAYLAND_DISPLAY unset): running the headless comparison on the Qwen pair."; \
 	  echo "For the window on a headless box: xvfb-run -a $(PY) -m app gui"; \
 	  $(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=24,cstop=0.5,dtype=int8 \
-	    --setup hf-assisted:$(QWEN_DRAFT) --setup ngram --suite quick --max-new-tokens 64; \
+	    --setup baseline@llamacpp-$(QWEN_TARGET) --setup draft:llamacpp-$(QWEN_DRAFT),k=8,cstop=0.5@llamacpp-$(QWEN_TARGET) \
+	    --setup hf-assisted:$(QWEN_DRAFT) --suite quick --max-new-tokens 64 --mode interleaved; \
 	fi
 
 test: deps models-test deb-test
