@@ -31,7 +31,19 @@ from multiprocessing.connection import Connection, Listener, wait
 from app.core.errors import WorkerDiedError
 from app.worker.messages import Command, Shutdown, WorkerDied, WorkerReady
 
-__all__ = ["WorkerClient", "describe_exit"]
+__all__ = ["WorkerClient", "describe_exit", "call_sink"]
+
+
+def call_sink(on_event: Callable[[object], None] | None, ev) -> None:
+    """Hand an event to a display sink on the draining thread; a sink's exception is printed, never kills the drain."""
+    if on_event is None:
+        return
+    try:
+        on_event(ev)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -282,13 +294,7 @@ class WorkerClient:
     def _deliver(self, ev) -> None:
         if self.queue_events or self.ready is None:
             self.events.put(ev)
-        if self.on_event is not None:
-            try:
-                self.on_event(ev)
-            except Exception:  # a display sink must not kill the drain
-                import traceback
-
-                traceback.print_exc()
+        call_sink(self.on_event, ev)
 
     def send(self, cmd: Command) -> None:
         """Send a command. Raises WorkerDiedError (saying how the worker ended) when it is not running."""

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from app.core.errors import SpecDeckError
 from app.core.events import RunDone, RunError
-from app.worker.client import WorkerClient
+from app.worker.client import WorkerClient, call_sink
 from app.worker.messages import Cancel, Heartbeat, LaneSpec, RunFinished, RunLanes, Shutdown, WorkerDied, WorkerReady
 
 __all__ = ["WorkerGroup", "lane_python", "segments"]
@@ -191,13 +191,7 @@ class WorkerGroup:
     def _deliver(self, ev) -> None:
         if self.queue_events and not isinstance(ev, WorkerReady):
             self.events.put(ev)
-        if self.on_event is not None:
-            try:
-                self.on_event(ev)
-            except Exception:  # a display sink must not kill the drain
-                import traceback
-
-                traceback.print_exc()
+        call_sink(self.on_event, ev)
 
     def _from(self, env: str, ev) -> None:
         """Events of every worker (on its drain thread): segment bookkeeping, heartbeat filtering, forwarding."""

@@ -221,21 +221,28 @@ def test_heartbeats_keep_a_slow_worker_from_being_called_silent(qtbot, win):
 # --- stalled lane clocks ------------------------------------------------------------------------------------------
 
 
-def test_a_stalled_lane_is_flagged_in_the_results(qtbot, win):
-    from dataclasses import replace
-
+def _finish_with(qtbot, win, lane2):
+    """A run whose lane 2 ends with `lane2` (baseline and lane 3 ordinary); returns (table, column index, row index
+    by setup) of the results."""
     from app.core.events import RunDone
     from app.worker.messages import RunFinished
 
     rid, _ = _start(qtbot, win)
     win.bridge.feed(RunDone("L1", make_stats("baseline", (5, 6, 7, 8), 1.0)))
-    win.bridge.feed(RunDone("L2", replace(make_stats(SETUPS[1], (5, 6, 7, 8), 0.5, drafted=4, accepted=2), stall_s=2.5)))
+    win.bridge.feed(RunDone("L2", lane2))
     win.bridge.feed(RunDone("L3", make_stats(SETUPS[2], (5, 6, 7, 8), 0.8, drafted=3, accepted=1)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
     t = win.results.table
     col = {t.horizontalHeaderItem(j).text(): j for j in range(t.columnCount())}
-    rows = {t.item(i, col["setup"]).text(): i for i in range(t.rowCount())}
+    return t, col, {t.item(i, col["setup"]).text(): i for i in range(t.rowCount())}
+
+
+def test_a_stalled_lane_is_flagged_in_the_results(qtbot, win):
+    from dataclasses import replace
+
+
+    t, col, rows = _finish_with(qtbot, win, replace(make_stats(SETUPS[1], (5, 6, 7, 8), 0.5, drafted=4, accepted=2), stall_s=2.5))
     stalled = t.item(rows[SETUPS[1]], col["speedup"])
     assert stalled.text() == "2.00×!" and "2.5 s of this lane's 0.5 s were a stall" in stalled.toolTip()
     assert "not trustworthy" in stalled.toolTip()
@@ -260,20 +267,10 @@ def test_inferred_alpha_and_lane_notes_show_in_the_results(qtbot, win):
     with the lane's notes as the cell's tooltip; an exactly counted lane shows neither."""
     from dataclasses import replace
 
-    from app.core.events import RunDone
-    from app.worker.messages import RunFinished
 
-    rid, _ = _start(qtbot, win)
-    win.bridge.feed(RunDone("L1", make_stats("baseline", (5, 6, 7, 8), 1.0)))
     note = "α and the draft counts are inferred from streamed chunk sizes"
-    win.bridge.feed(RunDone("L2", replace(make_stats(SETUPS[1], (5, 6, 7, 8), 0.5, drafted=4, accepted=2), counts_source="streamed",
-                                          notes=(note, "decoded greedily although sampling was asked"))))
-    win.bridge.feed(RunDone("L3", make_stats(SETUPS[2], (5, 6, 7, 8), 0.8, drafted=3, accepted=1)))
-    with qtbot.waitSignal(win.runEnded, timeout=2000):
-        win.bridge.feed(RunFinished(rid))
-    t = win.results.table
-    col = {t.horizontalHeaderItem(j).text(): j for j in range(t.columnCount())}
-    rows = {t.item(i, col["setup"]).text(): i for i in range(t.rowCount())}
+    t, col, rows = _finish_with(qtbot, win, replace(make_stats(SETUPS[1], (5, 6, 7, 8), 0.5, drafted=4, accepted=2), counts_source="streamed",
+                                                     notes=(note, "decoded greedily although sampling was asked")))
     inferred = t.item(rows[SETUPS[1]], col["α"])
     assert inferred.text() == "~0.500" and note in inferred.toolTip() and "greedily" in inferred.toolTip()
     exact = t.item(rows[SETUPS[2]], col["α"])
