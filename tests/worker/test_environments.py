@@ -110,11 +110,14 @@ def test_trtllm_lane_runs_in_its_own_environment(foreign_python, tiny_pair, smol
     runs = {x["setup"]: x for x in doc["runs"]}
     assert set(runs) == {"baseline", "trtllm:fake-trt-ngram"} and not doc["errors"]
     lane = runs["trtllm:fake-trt-ngram"]
-    sys.path.insert(0, str(FAKE))
-    try:
-        from tensorrt_llm import _toy
-    finally:
-        sys.path.remove(str(FAKE))
+    # the fake's toy model, loaded by path: importing `tensorrt_llm` here would leave the fake in sys.modules, where
+    # later tests' capability checks would find it
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_fake_trt_toy", FAKE / "tensorrt_llm" / "_toy.py")
+    assert spec is not None and spec.loader is not None
+    _toy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(_toy)
     prompt = smollm2_tokenizer.encode("def add(a, b):")
     assert lane["new_tokens"] == 12 and tuple(lane["output_ids"]) == tuple(_toy.greedy(prompt, 12))
     assert lane["counts_source"] == "streamed"  # 1.2.x reports zero counters: α inferred, and said
