@@ -277,3 +277,29 @@ def test_bench_puts_pytorch_and_llamacpp_lanes_side_by_side(tiny_pair, tmp_path)
     assert doc["reference"] == "baseline" and lc_base["reference_divergence"] is not None  # a random tiny model vs SmolLM2
     assert "| ref" in r.stdout and f"baseline@{LC_SMOL}" in r.stdout
     assert f"loaded {LC_SMOL} on cpu (Q4_1)" in r.stderr
+
+
+def test_memory_is_the_file_plus_a_kv_cache():
+    """Loading reads the GGUF into memory once (no mapped copy beside llama.cpp's repacked one): the process grows
+    by about the file's size after load, and by one lane's KV cache after a lane (measured in a fresh process)."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import json, psutil
+from app.engines.registry import resolve
+from app.engines.llamacpp import LlamaCppEngine
+p = psutil.Process(); r0 = p.memory_info().rss
+e = LlamaCppEngine(resolve({LC_SMOL!r})); r1 = p.memory_info().rss
+s = e.new_state(); lg = s.forward(e.encode_prompt("hi"), last_only=True)
+for _ in range(16):
+    lg = s.forward([int(lg[0].argmax())], last_only=True)
+r2 = p.memory_info().rss
+print(json.dumps([e.gguf.stat().st_size, r1 - r0, r2 - r0]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    size, load, lane = json.loads(out.stdout.strip().splitlines()[-1])
+    mib = 2**20
+    assert load < size + 80 * mib, f"load grew RSS by {load / mib:.0f} MiB for a {size / mib:.0f} MiB GGUF"
+    assert lane < load + 200 * mib  # one lane: a 4096-position KV cache for a 30-layer 135M model and its buffers
