@@ -436,7 +436,10 @@ def render_summary(doc: dict) -> str:
 
 
 def render_categories(doc: dict) -> str:
-    """Speedup per prompt category (Spec-Bench style), when the prompts have categories."""
+    """Speedup per prompt category (Spec-Bench style), when the prompts have categories; each setup against the
+    baseline of its own target, as in the main table."""
+    from app.core.metrics import baseline_of
+
     cats = doc.get("categories") or {}
     names = list(dict.fromkeys(cats.values()))
     if len(names) < 2:
@@ -450,7 +453,7 @@ def render_categories(doc: dict) -> str:
     for s in doc["summary"]:
         row = [s["setup"]]
         for c in names:
-            b, w = walls.get(("baseline", c)), walls.get((s["setup"], c))
+            b, w = walls.get((baseline_of(s["setup"]), c)), walls.get((s["setup"], c))
             row.append(f"{b / w:.2f}x" if b and w else "–")
         rows.append(row)
     return format_table(["setup", *names], rows)

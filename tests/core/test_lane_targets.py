@@ -77,3 +77,15 @@ def test_the_plan_loads_other_targets_with_their_drafts():
     assert plan.report_reference == "baseline"  # several targets: the run's baseline is the reference
     with pytest.raises(SetupError, match="is not one of the run's setups"):
         RunPlan("t", ("baseline",), (Prompt("p", "hi"),), Sampling(), reference="ngram")
+
+
+def test_category_speedups_use_each_lanes_own_baseline():
+    """The per-category table divides by the baseline of the lane's own target, like the main table (it once
+    divided every lane by the run's baseline, showing llama.cpp lanes 3-4x "faster" than their own baseline)."""
+    from app.cli import render_categories
+
+    runs = [_st("baseline", [1], 4.0, "a"), _st("baseline", [1], 4.0, "b"), _st(f"baseline@{LC}", [1], 1.0, "a"),
+            _st(f"baseline@{LC}", [1], 1.0, "b"), _st(f"ngram@{LC}", [1], 2.0, "a"), _st(f"ngram@{LC}", [1], 0.5, "b")]
+    doc = build_report("t", "cpu", "float32", runs, extra={"categories": {"a": "coding", "b": "qa"}})
+    rows = {line.split()[0]: line.split()[1:] for line in render_categories(doc).splitlines()[2:]}
+    assert rows[f"baseline@{LC}"] == ["1.00x", "1.00x"] and rows[f"ngram@{LC}"] == ["0.50x", "2.00x"]
