@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     from app.ui.theme import DARK
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    # Workers start from a thread kept at normal priority; the GUI's own threads then yield the CPU to them
+    # (on 2 cores the GUI's wake-ups slowed the lanes it measures: app.ui.priority).
+    from app.ui.priority import yield_to_worker
+    from app.worker.client import spawn_from_a_steady_thread
+
+    yield_to_worker(keep={spawn_from_a_steady_thread()})
     app.setOrganizationName("SpecDeck")
     app.setApplicationName("SpecDeck")
     try:

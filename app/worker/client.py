@@ -26,12 +26,39 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, Listener, wait
+from typing import Any
 
 from app.core.errors import WorkerDiedError
 from app.worker.messages import Command, Shutdown, WorkerDied, WorkerReady
 
-__all__ = ["WorkerClient", "describe_exit", "call_sink"]
+__all__ = ["WorkerClient", "describe_exit", "call_sink", "spawn_from_a_steady_thread", "spawner_tid"]
+
+_spawner: ThreadPoolExecutor | None = None
+_spawner_tid: int | None = None
+
+
+def spawn_from_a_steady_thread() -> int:
+    """From now on, start every worker process from one long-lived thread made now, so that workers inherit this
+    moment's scheduling priority even if the process then lowers its other threads' (the GUI does: app.ui.priority).
+    Returns that thread's native id."""
+    global _spawner, _spawner_tid
+    if _spawner is None:
+        ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdeck-spawner")
+        _spawner_tid = ex.submit(threading.get_native_id).result()
+        _spawner = ex
+    assert _spawner_tid is not None
+    return _spawner_tid
+
+
+def spawner_tid() -> int | None:
+    return _spawner_tid
+
+
+def _spawn(start: Callable[[], Any]) -> Any:
+    """Run a process-starting call on the steady thread when there is one, else here."""
+    return _spawner.submit(start).result() if _spawner is not None else start()
 
 
 def call_sink(on_event: Callable[[object], None] | None, ev) -> None:
@@ -175,7 +202,7 @@ class WorkerClient:
             from app.worker import entry
 
             self.proc = ctx.Process(target=entry.main, args=(cmd_r, evt_w, os.getpid(), time.time()), name="specdeck-worker", daemon=True)
-            self.proc.start()
+            _spawn(self.proc.start)
             cmd_r.close()
             evt_w.close()
             self._cmd, self._evt = cmd_w, evt_r
@@ -218,7 +245,7 @@ class WorkerClient:
         listener = Listener(address, family="AF_UNIX", authkey=key)
         env = worker_env({"SPECDECK_WORKER_ADDRESS": address, "SPECDECK_WORKER_PARENT": str(os.getpid())})
         try:
-            popen = subprocess.Popen([python, "-m", "app.worker.entry"], env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+            popen = _spawn(lambda: subprocess.Popen([python, "-m", "app.worker.entry"], env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE))
         except OSError as e:
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""The GUI yields the CPU to the worker: its threads drop to nice +10 / SCHED_BATCH, while workers — started from a
+thread kept at the original priority — stay at normal priority (app.ui.priority). Run in a fresh process, so the
+test process itself is not lowered."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities via /proc: Linux only")
+
+CODE = textwrap.dedent("""
+    import json, os, threading
+    from app.ui.priority import yield_to_worker
+    from app.worker.client import WorkerClient, spawn_from_a_steady_thread
+
+    def stat(pid, tid):
+        f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        return int(f[16]), int(f[38])  # nice, scheduling policy
+
+    if __name__ == "__main__":
+        keep = spawn_from_a_steady_thread()
+        msg = yield_to_worker(keep={keep})
+        later = []
+        t = threading.Thread(target=lambda: later.append(stat(os.getpid(), threading.get_native_id())))
+        t.start(); t.join()
+        c = WorkerClient()
+        ready = c.start()
+        out = {"msg": msg, "main": stat(os.getpid(), os.getpid()), "spawner": stat(os.getpid(), keep), "later": later[0],
+               "worker": stat(ready.pid, ready.pid)}
+        c.stop()
+        print(json.dumps(out))
+""")
+
+
+def test_gui_threads_yield_and_workers_do_not():
+    import os
+
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, "SPECDECK_GUI_PRIORITY": ""})
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    batch = 3  # SCHED_BATCH
+    assert r["msg"] == "" and r["main"] == [10, batch] and r["later"] == [10, batch]  # threads made later inherit it
+    assert r["spawner"] == [0, 0] and r["worker"] == [0, 0]  # the worker is not lowered with the GUI
+
+
+def test_normal_priority_on_request():
+    import os
+
+    from app.ui.priority import yield_to_worker
+
+    old = os.environ.get("SPECDECK_GUI_PRIORITY")
+    os.environ["SPECDECK_GUI_PRIORITY"] = "normal"
+    try:
+        assert "normal" in yield_to_worker()
+    finally:
+        if old is None:
+            del os.environ["SPECDECK_GUI_PRIORITY"]
+        else:
+            os.environ["SPECDECK_GUI_PRIORITY"] = old
