@@ -5,7 +5,9 @@ wakes (20 Hz text, 5 Hz plots, telemetry) and takes a core for a moment, the who
 of one core cost the lanes 10–20 % of their tokens/s. Here the GUI's own threads drop to nice +10 and SCHED_BATCH
 (no wake-up preemption of running threads); workers are started from one thread kept at the original priority
 (app.worker.client.spawn_from_a_steady_thread), so they are not lowered with it. Measured on SmolLM2, 3 lanes, 96
-tokens under Xvfb: lanes at 0.85–0.90 of headless before, 0.90–1.04 after (resources/bench/gui_vs_headless.py).
+tokens, 2 cores, under Xvfb: one back-to-back pair of GUI runs gave 0.86–0.90 of headless at normal priority and
+0.90–1.04 lowered; resources/bench/gui_vs_headless.py (2 rounds, lowered) then gave 0.87–0.91 offscreen and
+0.89–0.91 under Xvfb, with headless itself varying by ±10 % between rounds — not yet the 5 % asked.
 
 Linux only; `SPECDECK_GUI_PRIORITY=normal` keeps the GUI at normal priority.
 """
