@@ -41,7 +41,7 @@ _spawner_tid: int | None = None
 
 def spawn_from_a_steady_thread() -> int:
     """From now on, start every worker process from one long-lived thread made now, so that workers inherit this
-    moment's scheduling priority even if the process then lowers its other threads' (the GUI does: app.ui.priority).
+    moment's scheduling priority even if the process then lowers its other threads' (the GUI does, at start-up).
     Returns that thread's native id."""
     global _spawner, _spawner_tid
     if _spawner is None:
