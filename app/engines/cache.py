@@ -20,15 +20,15 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from app.core.errors import EngineError
+from app.engines.gguf_header import gguf_fp32_bytes
 from app.engines.registry import EngineManifest, resolve_package_path
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "prepare",
     "prepare_gguf",
     "convert_gguf",
-    "gguf_fp32_bytes",
     "space_needed",
     "check_free_space",
 ]
@@ -264,150 +263,6 @@ def convert_gguf(gguf: Path, dest: Path, progress: ProgressFn = _noop, verify: b
             if bad or set(a) != set(b):
                 raise EngineError(f"saved weights differ from the GGUF's ({(bad or sorted(set(a) ^ set(b)))[:3]})", fix="report a bug")
             progress("check saved weights", 1, 1, "")
-
-
-class _Chain:
-    """Sequential reads across files joined end to end (a GGUF split into parts), without joining them."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = list(paths)
-        self.i = 0
-        self.f: BinaryIO | None = None
-
-    def read(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            if self.f is None:
-                if self.i >= len(self.paths):
-                    raise EOFError("GGUF header runs past the end of the file")
-                self.f = open(self.paths[self.i], "rb")  # noqa: SIM115 - closed in read/close
-                self.i += 1
-            chunk = self.f.read(n - len(out))
-            if not chunk:
-                self.f.close()
-                self.f = None
-            out += chunk
-        return out
-
-    def close(self) -> None:
-        if self.f is not None:
-            self.f.close()
-            self.f = None
-
-
-# GGUF metadata value types (gguf.GGUFValueType) → struct format; 8 = string, 9 = array.
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-# general.file_type → llama.cpp's name for the quantisation (llama_ftype)
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M",
-              13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
-
-
-def gguf_file_type(paths: list[Path]) -> str | None:
-    """The quantisation a GGUF declares (`general.file_type`, e.g. "Q4_K_M"), read from its header; None when
-    unreadable or absent."""
-    r = _Chain(paths)
-    try:
-        if r.read(4) != b"GGUF":
-            return None
-        e = "<" if struct.unpack("<I", r.read(4))[0] < 0x10000 else ">"
-        u32, u64 = struct.Struct(e + "I"), struct.Struct(e + "Q")
-        _, n_kv = struct.unpack(e + "QQ", r.read(16))
-
-        def skip(t: int) -> None:
-            if t in _GGUF_SCALARS:
-                r.read(struct.calcsize(_GGUF_SCALARS[t]))
-            elif t == 8:
-                r.read(u64.unpack(r.read(8))[0])
-            elif t == 9:
-                (et,) = u32.unpack(r.read(4))
-                (count,) = u64.unpack(r.read(8))
-                if et in _GGUF_SCALARS:
-                    r.read(count * struct.calcsize(_GGUF_SCALARS[et]))
-                else:
-                    for _ in range(count):
-                        skip(et)
-            else:
-                raise ValueError(f"unknown GGUF value type {t}")
-
-        for _ in range(n_kv):
-            (klen,) = u64.unpack(r.read(8))
-            key = r.read(klen)
-            (t,) = u32.unpack(r.read(4))
-            if key == b"general.file_type" and t in _GGUF_SCALARS:
-                (ft,) = struct.unpack(e + _GGUF_SCALARS[t], r.read(struct.calcsize(_GGUF_SCALARS[t])))
-                return FILE_TYPES.get(int(ft), f"ftype {ft}")
-            skip(t)
-        return None
-    except (EOFError, ValueError, struct.error, OSError, MemoryError):
-        return None
-    finally:
-        r.close()
-
-
-def gguf_fp32_bytes(paths: list[Path]) -> tuple[int, int] | None:
-    """Size of a GGUF's weights once dequantised to fp32, read from its header (no tensor data is read).
-
-    Args:
-        paths: the GGUF file, or its parts in order (they are read as one stream).
-
-    Returns:
-        (fp32_bytes, header_bytes): 4 bytes × Σ elements over all tensors, and the size of the header (metadata
-        and tensor table, which holds the tokenizer). None when the file is not a GGUF we can read (the
-        conversion then reports it).
-    """
-    r = _Chain(paths)
-    try:
-        if r.read(4) != b"GGUF":
-            return None
-        e = "<" if struct.unpack("<I", r.read(4))[0] < 0x10000 else ">"  # a big-endian file has a swapped version
-        u32 = struct.Struct(e + "I")
-        u64 = struct.Struct(e + "Q")
-        n_tensors, n_kv = struct.unpack(e + "QQ", r.read(16))
-        read = 24
-
-        def skip_value(t: int) -> int:
-            if t in _GGUF_SCALARS:
-                size = struct.calcsize(_GGUF_SCALARS[t])
-                r.read(size)
-                return size
-            if t == 8:
-                (n,) = u64.unpack(r.read(8))
-                r.read(n)
-                return 8 + n
-            if t == 9:
-                (et,) = u32.unpack(r.read(4))
-                (count,) = u64.unpack(r.read(8))
-                if et in _GGUF_SCALARS:
-                    size = count * struct.calcsize(_GGUF_SCALARS[et])
-                    r.read(size)
-                    return 12 + size
-                return 12 + sum(skip_value(et) for _ in range(count))
-            raise ValueError(f"unknown GGUF value type {t}")
-
-        for _ in range(n_kv):
-            (klen,) = u64.unpack(r.read(8))
-            r.read(klen)
-            (t,) = u32.unpack(r.read(4))
-            read += 12 + klen + skip_value(t)
-        elements = 0
-        for _ in range(n_tensors):
-            (nlen,) = u64.unpack(r.read(8))
-            r.read(nlen)
-            (n_dims,) = u32.unpack(r.read(4))
-            dims = struct.unpack(e + "Q" * n_dims, r.read(8 * n_dims))
-            r.read(12)  # ggml type (u32) + data offset (u64)
-            read += 8 + nlen + 4 + 8 * n_dims + 12
-            count = 1
-            for d in dims:
-                count *= d
-            elements += count
-        return 4 * elements, read
-    except (EOFError, ValueError, struct.error, OSError, MemoryError):
-        return None
-    finally:
-        r.close()
 
 
 def space_needed(m: EngineManifest, paths: list[Path]) -> int | None:

@@ -269,7 +269,7 @@ def _int(x: Any) -> int | None:
 
 def _file_type(llm) -> str:
     """The GGUF's quantisation as llama.cpp names it (general.file_type), e.g. "Q4_K_M"."""
-    from app.engines.cache import FILE_TYPES
+    from app.engines.gguf_header import FILE_TYPES
 
     ft = _int(llm.metadata.get("general.file_type"))
     return FILE_TYPES.get(ft or 0, f"ftype {ft}") if ft is not None else "F32"

@@ -77,7 +77,8 @@ def engine_status(m: EngineManifest) -> EngineStatus:
     ok, why = manifest_backend_status(m)
     dtype = m.dtype
     if m.backend == "llamacpp":  # the GGUF as it is: present, or joined once into the cache (gguf_parts)
-        from app.engines.cache import gguf_file_type, source_paths
+        from app.engines.cache import source_paths
+        from app.engines.gguf_header import gguf_file_type
 
         present, pwhy = weights_present(m)
         cached = is_cached(m)

@@ -20,12 +20,12 @@ from app.engines.cache import (
     cache_dir,
     cache_root,
     check_free_space,
-    gguf_fp32_bytes,
     is_cached,
     prepare,
     space_needed,
     weights_present,
 )
+from app.engines.gguf_header import gguf_fp32_bytes
 from app.engines.registry import load_manifest, resolve, resolve_package_path
 
 

@@ -171,6 +171,9 @@ def test_parts_are_joined_once_into_the_cache(tmp_path, monkeypatch):
         parts.append(str(p))
     sha = hashlib.sha256(src).hexdigest()
     m = _manifest_file(tmp_path, f'backend = "llamacpp"\ndtype = "auto"\n[source]\ngguf_parts = {parts!r}\nsize = {len(src)}\nsha256 = "{sha}"\n'.replace("'", '"'))
+    from app.engines.gguf_header import gguf_file_type
+
+    assert gguf_file_type([Path(p) for p in parts]) == "Q4_1"  # the header read across the parts
     path = cache.prepare_gguf(m)
     assert path.name == "model.gguf" and path.stat().st_size == len(src) and path.parent.parent == tmp_path / "cache" / "specdeck"
     mtime = path.stat().st_mtime_ns
