@@ -3,6 +3,7 @@ over a window of readings, so samples taken back to back never read as thousands
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import subprocess
@@ -25,15 +26,10 @@ def _real_nvml_available() -> bool:
         r.close()
 
 
-@pytest.mark.skipif(_real_nvml_available(), reason="this machine has a working NVIDIA GPU")
-def test_without_nvml_the_sampler_reports_the_no_gpu_state_and_real_cpu_numbers() -> None:
-    s = TelemetrySampler(pids={"test": os.getpid()})  # real pynvml: nvmlInit raises NVMLError_LibraryNotFound here
-    assert s.gpu_available is False and s.gpu_state == NO_GPU_STATE
-    s.sample_once()
-    t_first = time.monotonic()
-    # Burn CPU in a thread until this process has used >= 0.1 s more CPU (a condition, not a sleep).
+@contextlib.contextmanager
+def _burning_cpu():
+    """A thread spinning in Python for the duration of the block (real CPU use, no sleep)."""
     stop = threading.Event()
-    start_cpu = time.process_time()
 
     def burn() -> None:
         x = 0
@@ -42,11 +38,25 @@ def test_without_nvml_the_sampler_reports_the_no_gpu_state_and_real_cpu_numbers(
 
     th = threading.Thread(target=burn, daemon=True)
     th.start()
-    deadline = time.monotonic() + 5.0
-    while time.process_time() - start_cpu < 0.1 and time.monotonic() < deadline:
-        stop.wait(0.01)
-    stop.set()
-    th.join()
+    try:
+        yield
+    finally:
+        stop.set()
+        th.join()
+
+
+@pytest.mark.skipif(_real_nvml_available(), reason="this machine has a working NVIDIA GPU")
+def test_without_nvml_the_sampler_reports_the_no_gpu_state_and_real_cpu_numbers() -> None:
+    s = TelemetrySampler(pids={"test": os.getpid()})  # real pynvml: nvmlInit raises NVMLError_LibraryNotFound here
+    assert s.gpu_available is False and s.gpu_state == NO_GPU_STATE
+    s.sample_once()
+    t_first = time.monotonic()
+    # Burn CPU in a thread until this process has used >= 0.1 s more CPU (a condition, not a sleep).
+    start_cpu = time.process_time()
+    with _burning_cpu():
+        deadline = time.monotonic() + 5.0
+        while time.process_time() - start_cpu < 0.1 and time.monotonic() < deadline:
+            time.sleep(0.01)
     time.sleep(max(0.0, MIN_INTERVAL_S + 0.05 - (time.monotonic() - t_first)))
     sample = s.sample_once()
     s.close()
@@ -140,17 +150,8 @@ def test_back_to_back_samples_of_a_busy_process_stay_within_the_machine():
     import psutil
 
     reader = HostReader()
-    stop = threading.Event()
-
-    def burn() -> None:
-        x = 0
-        while not stop.is_set():
-            x += 1
-
-    th = threading.Thread(target=burn, daemon=True)
-    th.start()
     vals = []
-    try:
+    with _burning_cpu():
         reader.prime({"me": os.getpid()})
         # At least a second and 30 samples, whichever comes later (a loaded 2-core CI machine, with the burning
         # thread holding the GIL, managed 48 in one second); at most 10 s.
@@ -158,9 +159,6 @@ def test_back_to_back_samples_of_a_busy_process_stay_within_the_machine():
         while time.monotonic() - start < 10.0 and (time.monotonic() - start < 1.0 or len(vals) < 30):
             s = reader.sample({"me": os.getpid()})
             vals.append((s.proc("me").cpu_pct, s.cpu_pct))
-    finally:
-        stop.set()
-        th.join()
     cores = psutil.cpu_count() or 1
     procs = [p for p, _ in vals if not math.isnan(p)]
     system = [c for _, c in vals if not math.isnan(c)]
