@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from app.core.metrics import LaneStats, baseline_of, first_divergence, is_baseline, summarize
+from app.core.metrics import LaneStats, baseline_of, first_divergence, is_baseline, setup_target, summarize
 
 __all__ = ["attach_baseline", "build_report", "RUN_KEYS"]
 
@@ -89,7 +89,7 @@ def build_report(
         "summary": [s.to_json() for s in summarize(runs)],
         "sampling": sampling or {},
         "reference": reference,
-        "targets": list(dict.fromkeys(baseline_of(r.setup).partition("@")[2] or target for r in runs)),
+        "targets": list(dict.fromkeys(setup_target(r.setup) or target for r in runs)),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "processor": platform.processor()},
     }

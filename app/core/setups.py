@@ -399,7 +399,7 @@ def parse_setup(text: str) -> Any:
     if "@" in s:
         s, _, target = s.rpartition("@")
         s, target = s.strip(), target.strip()
-        if not target or any(c in target for c in ",: ") and not ("/" in target or "\\" in target):
+        if not target or "," in target or any(c.isspace() for c in target):
             raise _bad(text, "@ must be followed by a target engine name, e.g. baseline@llamacpp-qwen2.5-coder-1.5b-instruct")
         if not s:
             raise _bad(text, "empty")

@@ -230,7 +230,7 @@ class LlamaCppEngine(TokenizerMixin):
         self.vocab_size = int(self.llm.n_vocab())
         self.dtype = _file_type(self.llm)
         self.eos_ids = frozenset(_eog_ids(self.llm) | {self.tokenizer.eos_token_id})
-        self.rss_note = f"{self.gguf.stat().st_size / 2**20:.0f} MiB GGUF"
+        self.lookup_pool: list = []  # Llamas (logits_all) lent to llamacpp-lookup lanes, one per lane at a time
 
     def new_state(self) -> LlamaCppDecodeState:
         return LlamaCppDecodeState(self)

@@ -43,16 +43,15 @@ class LlamaLookupRunner:
     def _take(self):
         """A free Llama of the engine's pool (logits_all, as generate's draft path needs), made when none is free."""
         e = self.engine
-        pool = e.__dict__.setdefault("_lookup_pool", [])
-        if pool:
-            return pool.pop()
+        if e.lookup_pool:
+            return e.lookup_pool.pop()
         from llama_cpp import Llama
 
         return Llama(model_path=str(e.gguf), n_ctx=e.n_ctx, n_batch=e.n_batch, n_threads=e.n_threads, n_threads_batch=e.n_threads,
                      logits_all=True, verbose=False)
 
     def _give_back(self, llm) -> None:
-        self.engine.__dict__.setdefault("_lookup_pool", []).append(llm)
+        self.engine.lookup_pool.append(llm)
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
         sampling = sampling.validated()

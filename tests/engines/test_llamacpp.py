@@ -245,7 +245,7 @@ def test_llamacpp_lookup_reference_lane(eng):
         assert st.output_ids[:d] == base.output_ids[:d] if d is not None else st.output_ids == base.output_ids
     steps = [e for e in out if isinstance(e, StepEvent) and e.lane_id == "L2"]
     assert all(e.target_kind == "reference" for e in steps) and sum(len(e.emitted_ids) for e in steps) == done["L2"].new_tokens
-    assert len(eng.__dict__["_lookup_pool"]) == 2  # one Llama per interleaved lane, returned for the next run
+    assert len(eng.lookup_pool) == 2  # one Llama per interleaved lane, returned for the next run
     from app.speculative.llamacpp_lookup import LlamaLookupRunner
 
     class Hf:
