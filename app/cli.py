@@ -218,6 +218,44 @@ def _plan(args):
                    reference=args.reference)
 
 
+def _load_engines(client, cmd, progress, say, silence_s: float):
+    """Start the worker, send a LoadEngines and wait for its EnginesLoaded, showing progress. Returns it with the
+    cost profiles the worker sent meanwhile (ProfileReady).
+
+    Raises:
+        SpecDeckError: a load error (the worker's message); WorkerDiedError; _Stuck: silence for silence_s.
+    """
+    from app.core.errors import WorkerDiedError
+    from app.core.events import ProfileReady, RunError
+    from app.worker.messages import EnginesLoaded, WorkerDied
+
+    seen: list = []
+
+    def progress_and_profiles(ev) -> None:
+        progress(ev)
+        if isinstance(ev, ProfileReady):
+            seen.append(ev.profile)
+
+    ready = client.start()
+    say(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})")
+    client.send(cmd)
+    while True:
+        try:
+            ev = client.get(timeout=silence_s)
+        except queue.Empty:
+            raise _Stuck(f"the worker (pid {client.pid}) sent nothing, not even a heartbeat, for {silence_s:.0f} s while loading") from None
+        progress_and_profiles(ev)
+        if isinstance(ev, EnginesLoaded):
+            break
+        if isinstance(ev, RunError):
+            raise SpecDeckError(ev.message)
+        if isinstance(ev, WorkerDied):
+            raise WorkerDiedError(ev.message, fix="rerun the command")
+    for name, dev, dt, load_s in dict.fromkeys(ev.engines):
+        say(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s")
+    return ev, seen
+
+
 class _Bench:
     """One `bench`: a worker client driven through load → warm-up → run, with progress on stderr."""
 
@@ -246,30 +284,12 @@ class _Bench:
             print(text, file=sys.stderr)
 
     def load(self) -> None:
-        """Start the worker and load the target and drafts. Raises SpecDeckError / WorkerDiedError / _Stuck."""
-        from app.core.errors import WorkerDiedError
-        from app.core.events import RunError
-        from app.worker.messages import EnginesLoaded, WorkerDied
-
-        c, plan = self.client, self.plan
-        ready = c.start()
-        self.say(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})")
-        c.send(plan.load_command())
-        while True:
-            try:
-                ev = c.get(timeout=self.silence_s)
-            except queue.Empty:
-                raise _Stuck(f"the worker (pid {c.pid}) sent nothing, not even a heartbeat, for {self.silence_s:.0f} s while loading") from None
-            self.progress(ev)
-            if isinstance(ev, EnginesLoaded):
-                break
-            if isinstance(ev, RunError):
-                raise SpecDeckError(ev.message)
-            if isinstance(ev, WorkerDied):
-                raise WorkerDiedError(ev.message, fix="rerun the command")
+        """Start the worker and load the target and drafts (and their cost profiles when a lane drafts).
+        Raises SpecDeckError / WorkerDiedError / _Stuck."""
+        ev, profiles = _load_engines(self.client, self.plan.load_command(), self.progress, self.say, self.silence_s)
         self.device, self.dtype = ev.engines[0][1], ev.engines[0][2]
-        for name, dev, dt, load_s in dict.fromkeys(ev.engines):
-            self.say(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s")
+        for p in profiles:
+            self.results.profiles[p.key] = p
 
     def warmup(self) -> list:
         """The unrecorded warm-up run; returns its lane errors."""
@@ -431,8 +451,87 @@ def render_summary(doc: dict) -> str:
     for s in doc["summary"]:
         for note in s.get("notes") or ():
             table += f"\nnote: {s['setup']}: {note}"
+    costs = render_profiles(doc.get("cost_profiles") or [])
+    if costs:
+        table += "\n\n" + costs
     by_cat = render_categories(doc)
     return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
+
+
+PROFILE_COLUMNS = (2, 3, 5, 9, 17, 25, 33)
+
+
+def render_profiles(profiles: Sequence[dict]) -> str:
+    """The verify-cost curves of a report's engines: T(1) and V(n) = T(n)/T(1) at a few n (k = n − 1 drafts)."""
+    from app.core.costs import CostProfile
+
+    if not profiles:
+        return ""
+    ps = [CostProfile.from_json(p) for p in profiles]
+    rows = [[f"{p.engine} ({p.backend} {p.precision})", f"{p.t1_s * 1e3:.1f}", *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS)] for p in ps]
+    head = (f"verify cost on {ps[0].machine_text or 'this machine'}: T(1) = one-token forward, V(n) = forward over n tokens ÷ T(1) "
+            "(a step verifying k drafts costs V(k+1) decode steps)")
+    return head + "\n" + format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows)
+
+
+def cmd_profile(args) -> int:
+    """Measure (or show the cached) cost profiles of an engine and its drafts on this machine."""
+    from app.core.setups import DRAFT_DTYPES
+    from app.worker.group import WorkerGroup
+    from app.worker.messages import LoadEngines
+
+    drafts = []
+    for d in args.draft or []:
+        name, _, dt = d.partition(":")
+        if dt and dt not in DRAFT_DTYPES:
+            raise SpecDeckError(f"--draft {d}: unknown precision {dt!r}", fix=f"use NAME or NAME:D with D one of {', '.join(DRAFT_DTYPES)}")
+        drafts.append((name, dt or None))
+    bar = _Bar(args.json == "-")
+    quiet = args.json == "-"
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(text, file=sys.stderr)
+
+    def progress(ev) -> None:
+        from app.core.events import Progress
+
+        if isinstance(ev, Progress):
+            bar(ev.task, ev.done, ev.total, ev.unit)
+
+    client = WorkerGroup()
+    t0 = time.perf_counter()
+    try:
+        cmd = LoadEngines("profile", args.engine, tuple(drafts), args.device, args.dtype, profile=True, force_profile=args.force)
+        _, profiles = _load_engines(client, cmd, progress, say, float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30")))
+    except _Stuck as e:
+        client.kill()
+        raise SpecDeckError(str(e), fix="rerun on a quiet machine") from None
+    finally:
+        bar.close()
+        client.stop()
+    if not profiles:
+        raise SpecDeckError(f"{args.engine} cannot be profiled: it has no step-by-step forward (TensorRT-LLM engines decode inside the library)",
+                            fix="profile an hf or llamacpp engine")
+    rows = [p.to_json() for p in profiles]
+    doc = {"profiles": rows, "seconds": time.perf_counter() - t0}
+    if args.json == "-":
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(render_profiles(rows))
+    target = profiles[0]
+    for p in profiles[1:]:
+        print(f"draft {p.engine} ({p.precision}): c = T_draft(1) / T_target(1) = {p.t1_s / target.t1_s:.3f}")
+    print(f"({doc['seconds']:.1f} s; cached under {_profiles_home()}; --force measures again)")
+    if args.json:
+        _write_json(doc, args.json)
+    return 0
+
+
+def _profiles_home() -> str:
+    from app.core.costs import profiles_dir
+
+    return str(profiles_dir())
 
 
 def render_categories(doc: dict) -> str:
@@ -538,6 +637,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--target", default="smollm2-135m-instruct")
     w.add_argument("--pings", type=int, default=500)
     w.set_defaults(func=cmd_worker_stats)
+
+    pr = sub.add_parser("profile", help="measure the verify-cost curve V(n) of an engine (and its drafts' cost) on this machine")
+    pr.add_argument("engine", help="the target engine")
+    pr.add_argument("--draft", action="append", metavar="ENGINE[:DTYPE]", help="a draft engine (repeatable), e.g. qwen2.5-coder-0.5b-instruct:int8")
+    pr.add_argument("--device", default=None, help="cpu | cuda (default: the manifest's)")
+    pr.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
+    pr.add_argument("--force", action="store_true", help="measure again even if cached")
+    pr.add_argument("--json", metavar="PATH", help="write the profiles as JSON to PATH, or - for stdout")
+    pr.set_defaults(func=cmd_profile)
 
     sub.add_parser("telemetry", help="print GPU/CPU telemetry samples (NVML, psutil)", add_help=False)
     sub.add_parser("gui", help="open the desktop app (default)", add_help=False)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.core.costs import LaneCosts
 from app.core.events import RunDone, StepEvent, TargetKind
 from app.core.metrics import LaneAccumulator, LaneStats
 
@@ -134,6 +135,8 @@ class LaneRecorder:
         self._cpu0: float | None = None
         self._overrides: dict = {}
         self.notes: list[str] = []  # said once each in LaneStats.notes (see note())
+        self.k_hist: list[int] = []  # decode steps by drafted count
+        self.costs: LaneCosts | None = None  # set by runners that know their engines' cost profiles (theory)
 
     # --- state --------------------------------------------------------------------------------------
     @property
@@ -185,6 +188,7 @@ class LaneRecorder:
         draft_forwards: int = 0,
         draft_probs: Sequence[float] | None = None,
         target_probs: ProbsArg = None,
+        why: str = "",
     ) -> StepEvent:
         """Record one step (one target forward) and return its StepEvent.
 
@@ -201,6 +205,7 @@ class LaneRecorder:
             draft_probs: q(d_i) per drafted token, when known.
             target_probs: the target's probabilities (kept drafts, first rejected, target token), or a function
                 of the final (accepted, target_id) computed after truncation.
+            why: the drafting policy's reason for this step's k (k=auto: predicted gain), for tooltips.
         """
         k = drafted_count if drafted_count is not None else len(drafted_ids)
         a = min(accepted, k)
@@ -244,6 +249,9 @@ class LaneRecorder:
             self.t_draft_s += t_draft_s
             self.t_verify_s += t_verify_s
             self.draft_forwards += draft_forwards
+            if k >= len(self.k_hist):  # verify width k + 1, whatever was kept of it
+                self.k_hist.extend([0] * (k + 1 - len(self.k_hist)))
+            self.k_hist[k] += 1
         if em and self.ttft_s is None:
             self.ttft_s = self.lane_t
         self.output_ids.extend(em)
@@ -265,6 +273,7 @@ class LaneRecorder:
             target_probs=tuple(t_probs) if t_probs is not None else None,
             t_s=self.lane_t,
             drafted_count=k if (k and not drafted_ids) else None,
+            why=why,
         )
         self.acc.add(ev)
         return ev
@@ -313,6 +322,8 @@ class LaneRecorder:
         d["step0_drafted"] = first.k if first is not None else 0
         d["stall_s"] = self.stall_s
         d["notes"] = tuple(self.notes)
+        d["decode_k_hist"] = tuple(self.k_hist)
+        d["costs"] = self.costs
         d.update(self._overrides)
         return LaneStats(**d)
 

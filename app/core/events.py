@@ -6,7 +6,10 @@ Only these immutable, picklable snapshots cross threads and processes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from app.core.costs import CostProfile
 
 __all__ = [
     "TargetKind",
@@ -16,6 +19,7 @@ __all__ = [
     "RunDone",
     "RunError",
     "LogEvent",
+    "ProfileReady",
     "Event",
 ]
 
@@ -47,6 +51,8 @@ class StepEvent:
         drafted_count: k_t when a backend reports how many tokens it drafted but not which (TensorRT-LLM's
             LLM API): then drafted_ids is () and displays say "rejected ids unavailable". None means
             k_t = len(drafted_ids).
+        why: why the drafter drafted k_t tokens (k=auto: the predicted tokens and time per step with and
+            without drafting), for tooltips; "" when the setup's k is fixed.
     """
 
     lane_id: str
@@ -65,6 +71,7 @@ class StepEvent:
     target_probs: tuple[float, ...] | None = None
     t_s: float = 0.0
     drafted_count: int | None = None
+    why: str = ""
 
     @property
     def k(self) -> int:
@@ -130,4 +137,12 @@ class LogEvent:
     extra: dict = field(default_factory=dict)
 
 
-Event = StepEvent | Progress | LaneStarted | RunDone | RunError | LogEvent
+@dataclass(frozen=True)
+class ProfileReady:
+    """An engine's cost profile (app.core.costs.CostProfile), sent once per engine by the worker when it first has it
+    (read from the cache or measured): reports and the GUI's cost plot collect them."""
+
+    profile: CostProfile
+
+
+Event = StepEvent | Progress | LaneStarted | RunDone | RunError | LogEvent | ProfileReady

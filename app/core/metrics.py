@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from app.core.costs import LaneCosts, predicted_wall_s, uniform_theory
 from app.core.events import StepEvent
 
 __all__ = [
@@ -16,30 +17,14 @@ __all__ = [
     "LaneAccumulator",
     "SetupSummary",
     "theoretical_speedup",
+    "predicted_theory",
     "summarize",
     "first_divergence",
 ]
 
 
-def theoretical_speedup(alpha: float, k: float, c: float) -> float:
-    """Expected speedup of speculative decoding (Leviathan et al. 2023, eq. for walltime improvement).
-
-    Args:
-        alpha: acceptance rate α in [0, 1].
-        k: draft tokens per step (mean when it varies).
-        c: draft step time / target step time.
-
-    Returns:
-        (1 − α^(k+1)) / ((1 − α)(k·c + 1)); with α = 1 the limit (k + 1) / (k·c + 1).
-    """
-    if k <= 0:
-        return 1.0
-    if not (0.0 <= alpha <= 1.0) or math.isnan(alpha):
-        return float("nan")
-    denom = k * c + 1.0
-    if alpha >= 1.0 - 1e-12:
-        return (k + 1.0) / denom
-    return (1.0 - alpha ** (k + 1.0)) / ((1.0 - alpha) * denom)
+#: Leviathan et al.'s formula (assumes a k-token verify costs one decode step); see app.core.costs.
+theoretical_speedup = uniform_theory
 
 
 @dataclass(frozen=True)
@@ -56,7 +41,9 @@ class LaneStats:
     "engine" (the backend's own per-request counters). `notes` are what the lane must tell the reader (e.g. a
     backend that decoded greedily although sampling was asked). `reference_divergence` is where the output first
     differs from the run's chosen reference lane (same prompt and repeat; e.g. PyTorch fp32 against llama.cpp),
-    None when identical or not compared.
+    None when identical or not compared. `decode_k_hist[k]` counts the decode steps (after step 0) that drafted k
+    tokens; `costs` holds the target's verify-cost curve and the draft's cost from their profiles (None: no
+    profile), from which the summary's theory is predicted.
     """
 
     setup: str
@@ -86,6 +73,8 @@ class LaneStats:
     counts_source: str = "steps"
     notes: tuple[str, ...] = ()
     reference_divergence: int | None = None
+    decode_k_hist: tuple[int, ...] = ()
+    costs: LaneCosts | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -126,6 +115,7 @@ class LaneStats:
         d["output_ids"] = list(self.output_ids)
         d["per_position_drafted"] = list(self.per_position_drafted)
         d["per_position_accepted"] = list(self.per_position_accepted)
+        d["decode_k_hist"] = list(self.decode_k_hist)
         d["tokens_per_s"] = self.tokens_per_s
         d["acceptance_rate"] = self.acceptance_rate
         d["mean_accepted_len"] = self.mean_accepted_len
@@ -226,6 +216,7 @@ class SetupSummary:
     stall_s: float = 0.0  # lane time lost to stalls, summed over the setup's runs (and flagged in displays)
     counts_source: str = "steps"  # where α's counts come from ("+"-joined when the runs differ), see LaneStats
     notes: tuple[str, ...] = ()  # the runs' notes, once each
+    uniform_theory: float | None = None  # Leviathan et al.'s formula with the measured α, mean k and c (V(n) = 1)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -234,6 +225,25 @@ class SetupSummary:
 def _mean(xs: Iterable[float]) -> float:
     xs = list(xs)
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+def predicted_theory(paired: Sequence[tuple[LaneStats, LaneStats]]) -> float | None:
+    """The cost-aware theory of a setup: Σ baseline wall / Σ predicted setup wall over the prompts both ran
+    (app.core.costs.predicted_wall_s), each lane predicted against its own prompt's baseline. None when it
+    cannot be predicted: a lane without a cost profile or per-step drafting counts (reference lanes, backends
+    that report counts only), or a baseline with no decode step to measure."""
+    if not paired:
+        return None
+    base_wall = pred = 0.0
+    for r, b in paired:
+        if r.costs is None or not r.decode_k_hist or r.reference or r.counts_source != "steps" or b.decode_steps <= 0:
+            return None
+        step = b.t_verify_s / b.decode_steps
+        overhead = max(0.0, b.wall_s - b.prefill_s - b.t_verify_s - b.t_draft_s) / b.decode_steps
+        pred += predicted_wall_s(costs=r.costs, k_hist=r.decode_k_hist, draft_s=r.t_draft_s, prefill_s=r.prefill_s,
+                                 base_step_s=step, base_overhead_s=overhead)
+        base_wall += b.wall_s
+    return base_wall / pred if pred > 0 else None
 
 
 def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
@@ -276,11 +286,8 @@ def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
         if base_step and decode_drafted > 0:
             # model drafters: per forward; others (n-gram): per drafted token
             c = sum(r.t_draft_s for r in rs) / (fwd or decode_drafted) / base_step
-        theo = None
-        if alpha is not None and c is not None:
-            theo = theoretical_speedup(alpha, mean_k, c)
-        elif is_baseline(name):
-            theo = 1.0
+        uniform = uniform_theory(alpha, mean_k, c) if alpha is not None and c is not None else None
+        theo = 1.0 if is_baseline(name) else predicted_theory(paired)
         td = sum(r.t_draft_s for r in rs)
         tv = sum(r.t_verify_s for r in rs)
         tp = sum(r.prefill_s for r in rs)
@@ -295,6 +302,7 @@ def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
                 acceptance_rate=alpha,
                 mean_accepted_len=toks / steps if steps else None,
                 theoretical_speedup=theo,
+                uniform_theory=uniform,
                 identical_runs=sum(1 for r in rs if r.identical_to_baseline),
                 c=c,
                 mean_k=mean_k,

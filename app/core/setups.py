@@ -79,6 +79,8 @@ class Param:
         always: always written in the label (e.g. `k` of `draft:`), else only when not the default.
         unset: what None means, for optional parameters (GUI special value, grammar), e.g. "library default".
         gui: the field's short label in the GUI editor (default: the name).
+        auto: non-empty for numbers that also take the word `auto` (the value is then the string "auto"); says
+            what auto does (e.g. k=auto: a cost-aware number of drafts per step).
     """
 
     name: str
@@ -92,6 +94,7 @@ class Param:
     always: bool = False
     unset: str = ""
     gui: str = ""
+    auto: str = ""
 
     @property
     def optional(self) -> bool:
@@ -104,6 +107,8 @@ class Param:
         """`k=4`, `schedule=constant|heuristic`, `stop=P`: how the grammar shows it."""
         if self.choices:
             return f"{self.name}={'|'.join(self.choices)}" if len(self.choices) <= 3 else f"{self.name}=D"
+        if self.auto:
+            return f"{self.name}={self.format(self.default)}|auto"
         if self.type is float:
             return f"{self.name}=P" if self.max is not None and self.max <= 1 else f"{self.name}=X"
         if self.default is None:
@@ -113,11 +118,13 @@ class Param:
     def parse(self, raw: str, bad: Callable[[str], SetupError]) -> Any:
         """The typed value of `raw`, checked against the bounds or choices."""
         v: Any
+        if self.auto and raw.strip().lower() == "auto":
+            return "auto"
         if self.type is int:
             try:
                 v = int(raw)
             except ValueError:
-                raise bad(f"{self.name} must be an integer, got {raw!r}") from None
+                raise bad(f"{self.name} must be an integer{' or auto' if self.auto else ''}, got {raw!r}") from None
         elif self.type is float:
             try:
                 v = float(raw)
@@ -157,10 +164,10 @@ class EngineArg:
 
 
 def param(default: Any, *, help: str = "", min: float | None = None, max: float | None = None, max_exclusive: bool = False,
-          choices: Sequence[str] | None = None, always: bool = False, unset: str = "", gui: str = "") -> Any:
+          choices: Sequence[str] | None = None, always: bool = False, unset: str = "", gui: str = "", auto: str = "") -> Any:
     """Declare a dataclass field of a setup type as a `key=value` parameter (see :class:`Param`)."""
     meta = dict(help=help, min=min, max=max, max_exclusive=max_exclusive, choices=tuple(choices) if choices else None,
-                always=always, unset=unset, gui=gui)
+                always=always, unset=unset, gui=gui, auto=auto)
     return dataclasses.field(default=default, metadata={"specdeck_param": meta})
 
 

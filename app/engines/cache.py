@@ -35,6 +35,7 @@ __all__ = [
     "ProgressFn",
     "cache_root",
     "cache_dir",
+    "weights_key",
     "is_cached",
     "source_paths",
     "weights_present",
@@ -59,7 +60,8 @@ def cache_root() -> Path:
     return Path(base) / "specdeck"
 
 
-def _key(m: EngineManifest) -> str:
+def weights_key(m: EngineManifest) -> str:
+    """12 hex digits naming the weights: the manifest's sha256, else the source files' path, size and mtime."""
     if m.sha256:
         return m.sha256[:12]
     # No checksum in the manifest (ad-hoc .gguf): key on path + size + mtime.
@@ -71,7 +73,7 @@ def _key(m: EngineManifest) -> str:
 
 
 def cache_dir(m: EngineManifest) -> Path:
-    return cache_root() / f"{m.name}-{_key(m)}"
+    return cache_root() / f"{m.name}-{weights_key(m)}"
 
 
 def is_cached(m: EngineManifest) -> bool:

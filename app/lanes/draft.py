@@ -19,12 +19,16 @@ class DraftModel(SetupBase):
     product of its token probabilities, its own estimate that every draft is accepted) falls below `cstop`, so
     confident runs draft long and uncertain ones short (0 = off).
     dtype: the draft's precision (None: the target's). It never changes what is emitted, only acceptance and cost.
+    k=auto: each step drafts the number of tokens (possibly none) that maximises expected tokens per second on this
+    machine, from the engines' cost profiles and the draft's calibrated confidence (app.speculative.policy);
+    schedule/stop/cstop do not apply.
     """
 
     prefix = "draft"
 
     engine: str = engine_arg("draft", help="draft model: an engine sharing the target's tokenizer")
-    k: int = param(4, min=1, max=256, always=True, help="draft tokens per step (the most, with stop/cstop)")
+    k: int | str = param(4, min=1, max=256, always=True, help="draft tokens per step (the most, with stop/cstop)",
+                         auto="a cost-aware number per step (0 … 32), from the measured verify cost and the draft's calibrated confidence")
     schedule: str = param("constant", choices=("constant", "heuristic"),
                           help="k schedule: constant, or heuristic (grow k after full acceptance, shrink after a rejection)")
     stop: float = param(0.0, min=0.0, max=1.0, max_exclusive=True, gui="stop",
@@ -38,9 +42,16 @@ class DraftModel(SetupBase):
 def build(setup: DraftModel, env):
     from app.speculative.drafters import DraftModelDrafter
     from app.speculative.loop import LoopRunner
+    from app.speculative.policy import AutoK
 
+    target = env.target()
     draft = env.draft(setup.engine, setup.dtype)
-    return LoopRunner(env.target(), DraftModelDrafter(draft, setup.k, setup.schedule, setup.stop, setup.cstop))
+    auto = None
+    if setup.k == "auto":
+        auto = AutoK(env.profile(target), draft=env.profile(draft))
+    k = setup.k if isinstance(setup.k, int) else 4
+    return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto),
+                      costs=env.lane_costs(target))
 
 
 KIND = register(SetupKind(DraftModel, "draft model", "a draft model proposes up to k tokens, the target verifies them", build))

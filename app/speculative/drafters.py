@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from app.speculative.policy import AutoK, Calibration, StepTiming
 from app.speculative.verifier import sample, warp
 
 __all__ = ["DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
@@ -21,6 +22,7 @@ class DraftContext:
         max_k: the most tokens worth proposing now (token budget left − 1).
         temperature, top_k, top_p: the run's sampling (drafters sample with the same warp).
         generator: the lane's random source.
+        last: the previous decode step's measured times (None in steps 0 and 1), for cost-aware drafters.
     """
 
     ids: list[int]
@@ -30,17 +32,20 @@ class DraftContext:
     top_p: float = 1.0
     generator: torch.Generator | None = None
     eos_ids: frozenset[int] = field(default_factory=frozenset)
+    last: StepTiming | None = None
 
 
 @dataclass
 class Proposal:
     """ids: drafted tokens; q: their draft distributions [k, V] when sampled from a model (else None);
-    q_drafted: q(d_i) per token when known (tooltips); forwards: draft model forward passes spent."""
+    q_drafted: q(d_i) per token when known (tooltips); forwards: draft model forward passes spent;
+    why: the reason for this k (k=auto), for tooltips."""
 
     ids: list[int]
     q: torch.Tensor | None = None
     q_drafted: list[float] | None = None
     forwards: int = 0
+    why: str = ""
 
 
 class Drafter(Protocol):
@@ -72,16 +77,24 @@ class NGramDrafter:
     """Prompt lookup: find the most recent earlier occurrence of the last m tokens (m = n … 1) in
     prompt + output and propose up to k tokens that followed it. An index of n-grams is kept incrementally,
     so a step costs O(n) lookups, not a scan of the text.
+
+    With `auto` (k=auto) the continuation is looked up to AUTO_K_MAX tokens and the policy keeps as many as pay
+    on this target: acceptance is estimated per match length m and position, learnt from what the target emitted
+    after every lookup — also where nothing was proposed, so a lane that stopped drafting keeps learning.
     """
 
-    def __init__(self, n: int = 3, k: int = 8) -> None:
+    def __init__(self, n: int = 3, k: int = 8, auto: AutoK | None = None) -> None:
         self.n, self.k = n, k
+        self.auto = auto
         self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(n + 1)]
         self._indexed = 0  # n-grams ending before this position are indexed
+        self._stats: dict[tuple[int, int], list[float]] = {}  # (m, position) -> [accepted, seen] (auto)
+        self._pending: tuple[int, int, list[int]] | None = None  # (len(ids), m, candidate) of the last lookup
 
     def start(self, prompt_ids: list[int]) -> None:
         self._index = [{} for _ in range(self.n + 1)]
         self._indexed = 0
+        self._pending = None
 
     def _update(self, ids: list[int]) -> None:
         # index n-grams ending at `end` (inclusive) whose continuation ids[end + 1] exists
@@ -92,17 +105,56 @@ class NGramDrafter:
                     self._index[m][tuple(ids[s : end + 1])] = end + 1
         self._indexed = max(self._indexed, len(ids) - 1)
 
-    def propose(self, ctx: DraftContext) -> Proposal:
-        k = min(self.k, ctx.max_k)
-        if k <= 0:
-            return Proposal([])
-        ids = ctx.ids
-        self._update(ids)
+    def _lookup(self, ids: list[int], k: int) -> tuple[int, list[int]]:
         for m in range(min(self.n, len(ids)), 0, -1):
             start = self._index[m].get(tuple(ids[-m:]))
             if start is not None:
-                return Proposal(list(ids[start : start + k]))
-        return Proposal([])
+                return m, list(ids[start : start + k])
+        return 0, []
+
+    def _p(self, m: int, pos: int) -> float:
+        a, n = self._stats.get((m, min(pos, 8)), (1.0, 2.0))
+        return a / n
+
+    def _learn(self, ids: list[int]) -> None:
+        """Score the last lookup's candidate against what was emitted since (equality is acceptance here: the
+        candidate is one token per position, so a rejected draft is never what the target emits instead)."""
+        if self._pending is None:
+            return
+        n0, m, cand = self._pending
+        self._pending = None
+        for pos, (c, e) in enumerate(zip(cand, ids[n0:], strict=False), start=1):
+            st = self._stats.setdefault((m, min(pos, 8)), [1.0, 2.0])
+            st[1] += 1.0
+            if c != e:
+                break
+            st[0] += 1.0
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        ids = ctx.ids
+        if self.auto is None:
+            k = min(self.k, ctx.max_k)
+            if k <= 0:
+                return Proposal([])
+            self._update(ids)
+            return Proposal(self._lookup(ids, k)[1])
+        auto = self.auto
+        auto.observe(ctx.last)
+        self._learn(ids)
+        k_cap = min(auto.k_max, ctx.max_k)
+        if k_cap <= 0:
+            return Proposal([])
+        self._update(ids)
+        m, cand = self._lookup(ids, k_cap)
+        if not cand:
+            return Proposal([], why="k=auto: no earlier occurrence of the last tokens")
+        self._pending = (len(ids), m, cand)
+        cum, p = [], 1.0
+        for pos in range(1, len(cand) + 1):
+            p *= self._p(m, pos)
+            cum.append(p)
+        k = auto.best_k(cum)
+        return Proposal(cand[:k], why=auto.explain(cum, k) + f" (match of {m} tokens)")
 
     def feedback(self, drafted: int, accepted: int) -> None:
         pass
@@ -117,34 +169,61 @@ class DraftModelDrafter:
     which saves draft forwards and verification width where the draft is unsure. `cstop` > 0 ends it once the
     product of those probabilities (the draft's own estimate that the whole proposal is accepted) is below `cstop`:
     long drafts through predictable text, short ones where a single doubt already makes the rest unlikely to count.
+    With `auto` (k=auto) the cost-aware policy decides, token by token, whether drafting one more can pay on this
+    target (app.speculative.policy), from the draft's probabilities calibrated against what the target kept.
     """
 
-    def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0) -> None:
+    def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0,
+                 auto: AutoK | None = None) -> None:
         self.engine = engine
         self.k = k
         self.schedule = schedule
         self.stop = stop
         self.cstop = cstop
+        self.auto = auto  # k=auto: the cost-aware policy decides each step (see app.speculative.policy)
+        self.calibration = Calibration()
+        self._scores: list[float] = []  # q of the drafts verified last step (auto)
+        self._prompt_len = 0
         self.state = engine.new_state()
         self.seen: list[int] = []  # ids in the draft's cache
 
     def start(self, prompt_ids: list[int]) -> None:
         self.state = self.engine.new_state()
         self.seen = []
-        if len(prompt_ids) > 1:
+        self._scores = []
+        self._prompt_len = len(prompt_ids)
+        # k=auto prefills lazily (in the first step that drafts): a lane where drafting never pays spends nothing
+        if len(prompt_ids) > 1 and self.auto is None:
             self.state.forward(prompt_ids[:-1], last_only=True)
             self.seen = list(prompt_ids[:-1])
 
     def propose(self, ctx: DraftContext) -> Proposal:
-        k = min(self.k, ctx.max_k)
-        if k <= 0:
-            return Proposal([])
+        auto = self.auto
+        if auto is not None:
+            auto.observe(ctx.last)
+            k = min(auto.k_max, ctx.max_k)
+            # step 0 verifies with the prompt forward: k=auto starts drafting in step 1
+            if k <= 0 or len(ctx.ids) <= self._prompt_len:
+                return Proposal([])
+        else:
+            k = min(self.k, ctx.max_k)
+            if k <= 0:
+                return Proposal([])
         ids = ctx.ids
         # roll back to the common prefix with the real sequence, keep at least one id to feed
         common = 0
         lim = min(len(self.seen), len(ids) - 1)
         while common < lim and self.seen[common] == ids[common]:
             common += 1
+        if auto is not None and not auto.worth_drafting_more([], k, extra_s=auto.catch_up_s(len(ids) - common)):
+            auto.skipped()
+            if not auto.can_ever_pay(k):
+                why = "k=auto: drafting cannot pay on this target even if every draft were accepted"
+            else:
+                why = f"k=auto: expected acceptance {auto.p_next:.2f} too low to pay"
+                if len(ids) - common > 1:
+                    why += f" (the draft would first catch up over {len(ids) - common} tokens)"
+            return Proposal([], why=why)
         if common < len(self.seen):
             self.state.crop(common)
             del self.seen[common:]
@@ -153,6 +232,7 @@ class DraftModelDrafter:
         drafted: list[int] = []
         qs: list[torch.Tensor] = []
         q_drafted: list[float] = []
+        cum: list[float] = []  # auto: P(first j drafts all accepted)
         forwards = 0
         p_all = 1.0
         while True:
@@ -169,11 +249,28 @@ class DraftModelDrafter:
                 q_drafted.append(float(logits.softmax(-1)[tok]))
             drafted.append(tok)
             p_all *= q_drafted[-1]
-            if len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop or p_all < self.cstop:
+            if auto is not None:
+                p = self.calibration(q_drafted[-1])
+                auto.learnt(p)
+                cum.append((cum[-1] if cum else 1.0) * p)
+                if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k):
+                    break
+            elif len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop or p_all < self.cstop:
                 break
             feed = [tok]
-        return Proposal(drafted, torch.stack(qs) if sampling else None, q_drafted, forwards)
+        why = ""
+        if auto is not None:
+            keep = auto.best_k(cum)
+            why = auto.explain(cum, keep)
+            drafted, q_drafted, qs = drafted[:keep], q_drafted[:keep], qs[:keep]
+            self._scores = list(q_drafted)
+        return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why)
 
     def feedback(self, drafted: int, accepted: int) -> None:
+        if self.auto is not None:
+            # positions up to the first rejection were tested by the target; later ones were not
+            for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
+                self.calibration.update(q, i < accepted)
+            self._scores = []
         if self.schedule == "heuristic" and drafted:
             self.k = self.k + 2 if accepted == drafted else max(1, self.k - 1)

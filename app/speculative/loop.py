@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterator
 import torch
 
 from app.core.accounting import LaneRecorder, drive
+from app.core.costs import LaneCosts
 from app.core.events import RunDone, StepEvent
 from app.core.setups import Sampling
 from app.speculative.drafters import DraftContext, Drafter, NoDrafter
+from app.speculative.policy import StepTiming
 from app.speculative.verifier import verify_greedy, verify_sampling, warp
 
 __all__ = ["LoopRunner", "run_lane", "make_generator"]
@@ -41,16 +43,20 @@ class LoopRunner:
     Args:
         target: an Engine with step-by-step decode states (the model whose distribution is preserved).
         drafter: the setup's drafter; None (or NoDrafter) for the baseline.
+        costs: the target's verify-cost curve and the draft's cost (from cost profiles), put in the lane's stats
+            for the predicted theory; None when there is no profile.
     """
 
-    def __init__(self, target, drafter: Drafter | None = None) -> None:
+    def __init__(self, target, drafter: Drafter | None = None, costs: LaneCosts | None = None) -> None:
         self.engine = target
         self.drafter = drafter or NoDrafter()
+        self.costs = costs
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
         if not prompt_ids:
             raise ValueError("empty prompt")
         target, drafter, clock = self.engine, self.drafter, rec.clock
+        rec.costs = self.costs
         sampling = sampling.validated()
         greedy = sampling.greedy
         gen = make_generator(sampling.seed)
@@ -59,6 +65,7 @@ class LoopRunner:
         seq = list(prompt_ids)
         tstate = target.new_state()
         pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
+        last: StepTiming | None = None  # the previous decode step's times (cost-aware drafters)
         while not rec.done:
             if rec.steps > 0 and cancelled():
                 rec.stop("cancelled")
@@ -67,7 +74,7 @@ class LoopRunner:
             if rec.steps == 0:
                 drafter.start(list(prompt_ids))
             remaining = rec.remaining
-            ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos)
+            ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos, last)
             prop = drafter.propose(ctx)
             drafted = prop.ids[: max(0, remaining - 1)]
             k = len(drafted)
@@ -107,7 +114,10 @@ class LoopRunner:
                 draft_forwards=prop.forwards,
                 draft_probs=prop.q_drafted[:k] if prop.q_drafted else None,
                 target_probs=t_probs,
+                why=prop.why,
             )
+            if ev.step > 0:
+                last = StepTiming(k + 1, ev.t_verify_s, ev.t_draft_s, prop.forwards, ev.t_wall_s, len(ev.emitted_ids))
             seq.extend(ev.emitted_ids)
             if ev.emitted_ids:
                 pending = [ev.emitted_ids[-1]]

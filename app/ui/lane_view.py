@@ -190,6 +190,7 @@ class LaneView(QFrame):
         self.stats = None  # LaneStats at the end
         self.state = "idle"
         self._tokens: list[Token] = []  # kept tokens (bounded by max_tokens)
+        self._why: dict[int, str] = {}  # step -> why the drafter drafted what it did (k=auto)
         self._pending: list[tuple[list[Token], float]] = []  # (tokens, receipt time) not yet rendered
         self._starts: list[int] = []  # document position of each rendered token
         self._rendered: list[int] = []  # index into _tokens of each rendered token
@@ -269,6 +270,8 @@ class LaneView(QFrame):
         self.t_s = ev.t_s
         self.events_seen += 1
         self.output_ids.extend(ev.emitted_ids)
+        if ev.why:
+            self._why[ev.step] = ev.why
         self._pending.append((tokens_of_step(ev), time.monotonic() if t_recv is None else t_recv))
         self._dirty_header = True
         if self.state != "error" and (self.state != "running" or self.status.text() != "running"):
@@ -423,6 +426,9 @@ class LaneView(QFrame):
             lines.append(f"draft prob q = {tok.q:.3f}")
         if not math.isnan(tok.p):
             lines.append(f"target prob p = {tok.p:.3f}")
+        why = self._why.get(tok.step)
+        if why:
+            lines.append(f"<i>{_html(why)}</i>")
         return "<br>".join(lines)
 
     def document_runs(self) -> list[tuple[str, str]]:

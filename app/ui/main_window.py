@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from app.core.errors import SpecDeckError
 from app.core.prompts import Prompt
 from app.core.report import build_report
+from app.ui.cost_plot import CostPanel
 from app.ui.lanes_area import LanesArea
 from app.ui.load import LoadMeter, load_note
 from app.ui.plots import PlotPanel
@@ -108,7 +109,8 @@ class MainWindow(QMainWindow):
         self.status = RunStatusBar(self.statusBar())
         self._build_menus()
         self.load_meter = LoadMeter()
-        self.controller = RunController(self, [self.lanes, self.plots, self.results, self.status, self.load_meter], client_factory)
+        self.controller = RunController(self, [self.lanes, self.plots, self.results, self.costs, self.status, self.load_meter],
+                                        client_factory)
         self.controller.runStarted.connect(self._run_started)
         self.controller.runEnded.connect(self._run_ended)
         self.controller.workerState.connect(self.status.set_worker)
@@ -239,9 +241,11 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.lanes)
         self.plots = PlotPanel(self.theme)
         self.results = ResultsPanel(self.theme)
+        self.costs = CostPanel(self.theme)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.plots, "Live plots")
         self.tabs.addTab(self.results, "Results")
+        self.tabs.addTab(self.costs, "Costs")
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(centre)
         split.addWidget(self.tabs)

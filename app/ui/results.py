@@ -173,7 +173,7 @@ class ResultsPanel(QWidget):
             "α": "acceptance rate: accepted drafts / drafted tokens",
             "τ": "mean accepted length: tokens emitted / steps (target token included)",
             "TTFT s": "time to first token (prefill)",
-            "theor. speedup": "Leviathan et al. 2023: (1 − α^(k+1)) / ((1 − α)(k·c + 1)), c measured",
+            "theor. speedup": "predicted from the verify-cost curve V(n) (Costs tab) and the lane's own acceptance: each step that verified k drafts costs V(k+1) decode steps, each draft forward c; – where no cost profile exists",
         }
         for i, c in enumerate(COLUMNS):
             if c in tips:

@@ -134,19 +134,26 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
                 continue  # nothing running
             elif isinstance(cmd, LoadEngines):
                 try:
-                    loaded = []
+                    loaded, engines = [], []
                     t = pool.get(cmd.target, cmd.device, cmd.dtype)
                     loaded.append((cmd.target, t.device, t.dtype, getattr(t, "load_s", 0.0)))
+                    engines.append(t)
                     for d in cmd.drafts:
                         d, ddtype = (d, None) if isinstance(d, str) else d
                         e = pool.get_draft(cmd.target, t, d, cmd.device, ddtype or cmd.dtype)
                         loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
+                        engines.append(e)
                     for other, drafts in cmd.others:  # lanes moved to another target (`…@<target>`)
                         o = pool.get(other, cmd.device, cmd.dtype)
                         loaded.append((other, o.device, o.dtype, getattr(o, "load_s", 0.0)))
+                        engines.append(o)
                         for d, ddtype in drafts:
                             e = pool.get_draft(other, o, d, cmd.device, ddtype or cmd.dtype)
                             loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
+                            engines.append(e)
+                    if cmd.profile or cmd.force_profile:  # each sent as a ProfileReady event
+                        for e in dict.fromkeys(engines):  # once per engine object, load order
+                            pool.profile(e, measure=True, force=cmd.force_profile)
                     emit(EnginesLoaded(cmd.request_id, tuple(loaded)))
                 except SpecDeckError as e:
                     emit(RunError(None, str(e), kind=type(e).__name__))

@@ -55,6 +55,8 @@ class LoadEngines:
     device: str | None = None
     dtype: str | None = None
     others: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()  # other targets (`…@<target>` lanes) and their drafts
+    profile: bool = False  # also get each engine's cost profile (cached, or measured now): sent as ProfileReady events
+    force_profile: bool = False  # measure the profiles again even when cached (`profile --force`)
 
 
 @dataclass(frozen=True)

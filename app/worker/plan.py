@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from app.core.costs import CostProfile
 from app.core.errors import SetupError
-from app.core.events import RunDone, RunError, StepEvent
+from app.core.events import ProfileReady, RunDone, RunError, StepEvent
 from app.core.metrics import LaneStats
 from app.core.prompts import Prompt
 from app.core.report import attach_baseline, build_report
@@ -150,7 +151,16 @@ class RunPlan:
         """LoadEngines for the run's target and drafts, and every other target with its drafts."""
         from app.worker.messages import LoadEngines
 
-        return LoadEngines(request_id, self.target, self.drafts, self.device, self.dtype, others=self.other_targets)
+        return LoadEngines(request_id, self.target, self.drafts, self.device, self.dtype, others=self.other_targets,
+                           profile=self.drafting)
+
+    @property
+    def drafting(self) -> bool:
+        """Some lane drafts in our loop (not a baseline, not a library's reference lane): its theory needs the cost
+        profiles of its target and draft (app.core.costs), and k=auto decides with them."""
+        from app.core.setups import kind_of
+
+        return any(not kind_of(x).reference and x.prefix != "baseline" for x in map(parse_setup, self.setups))
 
     def command(self) -> RunLanes:
         return RunLanes(self.run_id, self.target, self.lanes, self.sampling, mode=self.mode, chat=self.chat,
@@ -188,6 +198,7 @@ class RunResults:
         self.t_end: float | None = None
         self.stopped = False
         self._order = {spec.lane_id: i for i, spec in enumerate(plan.lanes)}
+        self.profiles: dict[str, CostProfile] = {}  # cost profiles of the run's engines, by key
 
     def on_event(self, ev: object) -> None:
         lane = getattr(ev, "lane_id", None)
@@ -202,6 +213,8 @@ class RunResults:
                 self.cancelled.add(ev.lane_id)
         elif isinstance(ev, RunError):
             self.errors[ev.lane_id] = ev
+        elif isinstance(ev, ProfileReady):
+            self.profiles[ev.profile.key] = ev.profile
 
     @property
     def finished(self) -> int:
@@ -254,6 +267,7 @@ class RunResults:
             "categories": {x.id: x.category for x in p.prompts if x.category},
             "bench_wall_s": round((self.t_end or time.perf_counter()) - self.t0, 2),
             "errors": self.error_messages(),
+            "cost_profiles": [p.to_json() for p in self.profiles.values()],
         }
         meta.update(extra or {})
         sampling = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed, "max_new_tokens": s.max_new_tokens}

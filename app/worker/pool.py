@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.core.errors import EngineError
-from app.core.events import Progress
+from app.core.events import ProfileReady, Progress
 from app.engines.base import check_tokenizers
 from app.engines.registry import EngineManifest, resolve
 
@@ -43,6 +43,7 @@ class EnginePool:
         self.emit = emit
         self._engines: dict[tuple[str, str | None, str | None], Any] = {}
         self._tokenizers: dict[str, object] = {}
+        self._profiles: dict[int, Any] = {}  # id(engine) -> CostProfile
 
     def put(self, name: str, engine, device: str | None = None, dtype: str | None = None) -> None:
         self._engines[(name, device, dtype)] = engine
@@ -105,3 +106,23 @@ class EnginePool:
                 fix="pick a draft model of the same family as the target",
             )
         return draft
+
+    def profile(self, engine, measure: bool = True, force: bool = False):
+        """The engine's cost profile (app.core.costs): kept in memory, read from the cache, or — with `measure` —
+        measured now with Progress events (once per engine, precision, device, weights and machine). None for
+        engines without step-by-step states (TensorRT-LLM) or when not cached and `measure` is False."""
+        from app.speculative.costs import cached_or_measure, profilable, profile_key
+
+        if not profilable(engine):
+            return None
+        p = None if force else self._profiles.get(id(engine))
+        if p is None:
+            from app.core.costs import load_profile
+
+            p = None if force else load_profile(profile_key(engine))
+            if p is None and (measure or force):
+                p, _ = cached_or_measure(engine, force=True, progress=self._progress(engine.name))
+            if p is not None:
+                self._profiles[id(engine)] = p
+                self.emit(ProfileReady(p))
+        return p

@@ -39,6 +39,19 @@ class PoolEnv:
         """Any engine by name (a lane that runs its own engine instead of the target)."""
         return self.pool.get(name, self.device, self.dtype)
 
+    def profile(self, engine, measure: bool = True):
+        """An engine's cost profile (app.core.costs.CostProfile), from the pool, the cache or measured now."""
+        return self.pool.profile(engine, measure=measure)
+
+    def lane_costs(self, target):
+        """The LaneCosts a speculative lane's theory needs (the target's verify-cost curve), from its cost profile
+        (measured now when not cached: once per engine and machine); None for engines that cannot be profiled
+        (the theory is then not predicted)."""
+        from app.core.costs import LaneCosts
+
+        tp = self.pool.profile(target)
+        return LaneCosts(tp.curve(), (tp.key,)) if tp is not None else None
+
 
 def context_length(engine) -> int | None:
     """Positions the engine can attend to (prompt + generated), when it says (`context_length`); None: unknown."""

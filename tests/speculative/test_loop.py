@@ -243,3 +243,64 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
         st = evs[-1].stats
         assert st.reference and st.output_ids == base.output_ids, text
         assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == before, text
+
+
+def _curve(v, t1=0.01):
+    from app.core.costs import PROFILE_NS, CostProfile
+
+    return CostProfile(engine="t", backend="hf", precision="float32", device="cpu", weights="w", machine="m", ns=PROFILE_NS,
+                       times_s=tuple(t1 * v(n) for n in PROFILE_NS))
+
+
+def test_k_auto_is_lossless_and_drafts_only_where_it_pays(tiny):
+    """k=auto on the tiny pair: with a verify curve as flat as a GPU's and a cheap draft it drafts long and
+    emits exactly the baseline's tokens; on a curve as steep as llama.cpp's on this CPU it never runs the draft
+    at all (not even its prefill), so it cannot lose to the baseline."""
+    from app.speculative.policy import AutoK
+
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[0], chat=False)
+    s = Sampling(max_new_tokens=40)
+    _, base = run(target, None, ids, s)
+    flat = AutoK(_curve(lambda n: 1.0 + 0.01 * n), draft=_curve(lambda n: 0.1 + 0.01 * n, t1=0.001))
+    steps, st = run(target, DraftModelDrafter(draft, auto=flat), ids, s)
+    check_invariants(steps, st, 40)
+    assert st.output_ids == base.output_ids
+    # the tiny draft agrees with its target about a quarter of the time: short drafts, their length varying by step
+    assert st.drafted > 0 and st.accepted > 0 and sum(1 for n in st.decode_k_hist if n) >= 2
+    assert steps[0].k == 0  # step 0 verifies with the prompt forward: k=auto starts in step 1
+    assert all("k=auto" in e.why for e in steps[1:-1])
+    assert st.decode_k_hist and sum(st.decode_k_hist) == st.steps - 1
+    steep = AutoK(_curve(lambda n: 0.3 + 0.7 * n), draft=_curve(lambda n: 0.5 * n))
+    d = DraftModelDrafter(draft, auto=steep)
+    steps, st = run(target, d, ids, s)
+    assert st.output_ids == base.output_ids and st.drafted == 0 and st.draft_forwards == 0 and d.state.length == 0
+    assert "cannot pay" in steps[1].why
+    # n-gram lookup with k=auto: the same guarantees
+    for auto, drafts in ((AutoK(_curve(lambda n: 1.0 + 0.01 * n)), True), (AutoK(_curve(lambda n: 0.3 + 0.7 * n)), False)):
+        steps, st = run(target, NGramDrafter(3, auto=auto), ids, s)
+        assert st.output_ids == base.output_ids and (st.drafted > 0) == drafts
+
+
+def test_k_auto_sampling_keeps_proposal_and_distributions_aligned(tiny):
+    """With sampling, a k=auto proposal that keeps fewer drafts than it made must pass the verifier the draft
+    distributions of exactly the kept drafts (q[i] is the distribution d_i was sampled from)."""
+    from app.speculative.drafters import DraftContext
+    from app.speculative.policy import AutoK
+
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[1], chat=False)
+    auto = AutoK(_curve(lambda n: 1.0 + 0.05 * n), draft=_curve(lambda n: 0.2 + 0.01 * n, t1=0.002))
+    d = DraftModelDrafter(draft, auto=auto)
+    d.start(ids[:-3])
+    g = torch.Generator().manual_seed(0)
+    kept_fewer = False
+    for _ in range(20):
+        prop = d.propose(DraftContext(list(ids), 32, temperature=1.0, top_k=50, generator=g, last=None))
+        if prop.ids:
+            assert prop.q is not None and prop.q.shape[0] == len(prop.ids) == len(prop.q_drafted)
+            for i, tok in enumerate(prop.ids):
+                assert float(prop.q[i, tok]) == pytest.approx(prop.q_drafted[i])
+            kept_fewer |= prop.forwards > len(prop.ids)
+        d.feedback(len(prop.ids), 0)
+    assert kept_fewer or auto.p_next < 0.5

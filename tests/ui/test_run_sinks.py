@@ -198,7 +198,7 @@ def test_panels_are_run_sinks_subscribed_in_one_list(win):
     from app.ui.sinks import RunSink
 
     sinks = win.controller.sinks
-    assert sinks == [win.lanes, win.plots, win.results, win.status, win.load_meter]
+    assert sinks == [win.lanes, win.plots, win.results, win.costs, win.status, win.load_meter]
     assert all(isinstance(s, RunSink) for s in sinks)
     win.hide_rejected_action.setChecked(True)  # the View menu and the checkbox stay in step
     assert win.lanes.hide_rejected.isChecked() and not any(v.show_rejected for v in win.lane_views)

@@ -1,0 +1,115 @@
+"""k=auto: the cost-aware decision rule on literal cost curves, and the drafters that use it."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.costs import CostProfile
+from app.speculative.costs import isotonic, smooth
+from app.speculative.drafters import DraftContext, NGramDrafter
+from app.speculative.policy import AutoK, Calibration, StepTiming
+
+NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 33)
+
+
+def curve(v, t1=0.1) -> CostProfile:
+    """A profile whose V(n) is the function v."""
+    return CostProfile(engine="t", backend="x", precision="float32", device="cpu", weights="w", machine="m", ns=NS,
+                       times_s=tuple(t1 * v(n) for n in NS))
+
+
+FLAT = curve(lambda n: 1.0 + 0.02 * (n - 1))  # a GPU-like target: verifying 33 tokens costs 1.64 decode steps
+STEEP = curve(lambda n: 0.3 + 0.7 * n)  # llama.cpp Q4_K_M on this CPU: V(5) 3.8, V(10) 7.3 (measured 3.6 / 7.4)
+
+
+def test_drafting_never_pays_on_a_steep_curve_with_a_costly_draft():
+    auto = AutoK(STEEP, draft_s=0.05)  # c = 0.5, like the 0.5B draft for the 1.5B target on llama.cpp
+    assert not auto.can_ever_pay(32)
+    assert not auto.worth_drafting_more([], 32)
+    # drafts already made (their cost sunk) are verified only where a token is worth its 0.7 decode steps
+    assert auto.best_k([0.6, 0.3]) == 0
+    assert auto.best_k([0.99, 0.98, 0.5]) == 2
+
+
+def test_long_drafts_on_a_flat_curve_stop_where_acceptance_falls():
+    auto = AutoK(FLAT, draft_s=0.005)
+    assert auto.can_ever_pay(32)
+    cum = [0.9 ** j for j in range(1, 9)]
+    assert auto.worth_drafting_more(cum, 32)
+    assert auto.best_k(cum) == 8  # every one of these is worth verifying
+    # a sharp drop: the tokens after it are worth less than their verification
+    cum = [0.95, 0.9, 0.85, 0.01, 0.0001]
+    assert auto.best_k(cum) == 3
+    assert not auto.worth_drafting_more(cum, 32, p_next=0.05)
+    assert not auto.worth_drafting_more(cum[:3], 3)  # the cap
+
+
+def test_cost_scales_follow_what_the_lane_observes():
+    auto = AutoK(FLAT, draft_s=0.01)
+    for _ in range(30):  # the machine is twice as slow as when profiled; steps have 20 ms of overhead
+        auto.observe(StepTiming(n_verified=5, t_verify_s=2 * FLAT.t(5), t_draft_s=0.04, draft_forwards=4, t_wall_s=2 * FLAT.t(5) + 0.06, emitted=3))
+    assert auto.scale_t == pytest.approx(2.0, rel=0.01)
+    assert auto.d == pytest.approx(0.01, rel=0.01)
+    assert auto.overhead_s == pytest.approx(0.02, rel=0.01)
+    assert auto.rate == pytest.approx(3 / (2 * FLAT.t(5) + 0.06), rel=0.01)  # λ: what the lane achieved
+
+
+def test_a_skipping_lane_drifts_back_to_probing():
+    auto = AutoK(curve(lambda n: 0.5 + 0.5 * n), draft_s=0.005)
+    auto.p_next = 0.05
+    assert not auto.worth_drafting_more([], 32)
+    for _ in range(100):
+        auto.skipped()
+    assert auto.worth_drafting_more([], 32)
+
+
+def test_calibration_learns_what_the_target_accepts():
+    cal = Calibration()
+    assert cal(0.95) == pytest.approx(0.95)  # prior: the draft's own probability
+    for _ in range(50):
+        cal.update(0.95, False)
+    assert cal(0.95) < 0.1 and cal(0.15) == pytest.approx(0.15)
+
+
+def test_isotonic_fit():
+    assert isotonic([1.0, 3.0, 2.0, 4.0]) == (1.0, 2.5, 2.5, 4.0)
+    assert isotonic([1.0, 1.0]) == (1.0, 1.0)
+
+
+def test_smoothing_rests_t1_on_the_narrow_forwards_line():
+    """A T(1) measured 20 % high (one noisy point) would make every V(n) 20 % low: it is replaced by the line
+    through the forwards of up to 8 tokens."""
+    ns = (1, 2, 3, 4, 5, 6, 8, 10, 16)
+    true = [0.30 + 0.03 * n for n in ns]
+    noisy = list(true)
+    noisy[0] *= 1.2
+    out = smooth(noisy, ns)
+    assert out[0] == pytest.approx(true[0], rel=0.05)
+    assert out[-1] == noisy[-1] and list(out) == sorted(out)
+
+
+def ctx(ids, last=None, max_k=100):
+    return DraftContext(list(ids), max_k, last=last)
+
+
+def test_ngram_auto_keeps_what_pays_and_learns_from_every_lookup():
+    text = [5, 6, 7, 8, 9, 10, 11, 12] * 3
+    d = NGramDrafter(3, 8, auto=AutoK(FLAT))
+    d.start(text)
+    p = d.propose(ctx(text))
+    assert p.ids and p.ids == text[len(text) - 8 : len(text) - 8 + len(p.ids)] and "k=auto" in p.why
+    # on a steep curve a lookup drafts nothing, but what followed still teaches it
+    d2 = NGramDrafter(3, 8, auto=AutoK(STEEP))
+    d2.start(text)
+    assert d2.propose(ctx(text)).ids == []
+    before = d2._p(3, 1)
+    seq = text + [5]  # the target emitted what the lookup would have proposed first
+    d2.propose(ctx(seq))
+    assert d2._p(3, 1) > before
+
+
+def test_ngram_auto_is_honest_about_no_match():
+    d = NGramDrafter(3, 8, auto=AutoK(FLAT))
+    d.start([1, 2, 3])
+    p = d.propose(ctx([1, 2, 3]))
+    assert p.ids == [] and "no earlier occurrence" in p.why
