@@ -113,6 +113,20 @@ class LlamaCppDecodeState:
         self._batch = _internals.LlamaBatch(n_tokens=engine.n_batch, embd=0, n_seq_max=1, verbose=False)
         self._len = 0
 
+    def close(self) -> None:
+        """Free the native context and batch now. llama-cpp-python's model keeps a reference to every context it
+        made (to free them before itself), so a dropped LlamaContext is never collected: without this each lane
+        leaked its KV cache and logits buffers (~54 MB for Qwen 0.5B, measured)."""
+        for res in (getattr(self, "ctx", None), getattr(self, "_batch", None)):
+            if res is not None:
+                res.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
     @property
     def length(self) -> int:
         return self._len
