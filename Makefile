@@ -19,7 +19,7 @@ DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 l
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: trtllm-env run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+.PHONY: llama-server trtllm-env run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
 
 run: deps models-qwen deb-gui
 	@$(PY) -m app convert $(QWEN_DRAFT)
@@ -34,8 +34,8 @@ run: deps models-qwen deb-gui
 	    --setup hf-assisted:$(QWEN_DRAFT) --suite quick --max-new-tokens 64 --mode interleaved; \
 	fi
 
-test: deps models-test deb-test
-	QT_QPA_PLATFORM=offscreen $(BIN)/pytest $(PYTEST_ARGS)
+test: deps models-test deb-test llama-server
+	QT_QPA_PLATFORM=offscreen SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The tiny random models still use SmolLM2's tokenizer (read from its GGUF, no weights converted), hence models-test.
 test-fast: deps models-test deb-test
@@ -100,6 +100,24 @@ $(VENV)/.models-qwen-stamp: engines/$(QWEN_TARGET).toml engines/$(QWEN_DRAFT).to
 	@touch $@
 
 models-qwen: $(VENV)/.models-qwen-stamp
+
+# llama.cpp's llama-server (remote lanes are tested against a real one on 127.0.0.1), built from the llama.cpp
+# sources vendored in the llama-cpp-python sdist we already pin: ~10 min on 2 cores, once (then cached in .cache/).
+LLAMACPP_VERSION := 0.3.36
+LLAMA_SRC := .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp
+LLAMA_SERVER := .cache/llama-server/bin/llama-server
+$(LLAMA_SERVER): | $(PY)
+	@echo "Building llama-server from the llama.cpp sources in the llama-cpp-python $(LLAMACPP_VERSION) sdist (~10 min on 2 cores, once)..."
+	mkdir -p .cache/llama-src .cache/llama-server/bin
+	test -f .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz || \
+	  $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary :all: -d .cache/llama-src
+	test -d $(LLAMA_SRC) || tar xzf .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C .cache/llama-src
+	cmake -S $(LLAMA_SRC) -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF > .cache/llama-server/cmake.log
+	cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc) > .cache/llama-server/build.log
+	cp $(LLAMA_SRC)/build/bin/llama-server $@
+
+llama-server: $(LLAMA_SERVER)
 
 # Installs the Debian packages Qt needs when they are missing and we are root; otherwise says what is missing.
 define deb_install

@@ -132,3 +132,34 @@ def test_killing_the_worker_ends_bench_with_a_message(tiny_pair):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path):
+    """`profile` measures V(n) of a target and its draft on this machine, caches them per engine/precision/machine,
+    and answers from the cache the second time; `bench` carries the profiles in its report."""
+    t, d = (str(p) for p in tiny_pair)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def run(*args):
+        return subprocess.run([*PY, *args], capture_output=True, text=True, timeout=600, env=env)
+
+    r = run("profile", t, "--draft", f"{d}:int8", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)["profiles"]
+    assert [(p["engine"], p["precision"]) for p in first] == [("tiny-target", "float32"), ("tiny-draft", "int8")]
+    for p in first:
+        assert p["ns"][0] == 1 and p["ns"][-1] == 33 and p["times_s"] == sorted(p["times_s"]) and p["times_s"][0] > 0
+    assert len(list((tmp_path / "cache" / "specdeck" / "profiles").glob("*.json"))) == 2
+    again = json.loads(run("profile", t, "--draft", f"{d}:int8", "--json", "-").stdout)["profiles"]
+    assert [p["measured_at"] for p in again] == [p["measured_at"] for p in first]  # from the cache
+    r = run("profile", t)
+    assert r.returncode == 0 and "V(33)" in r.stdout and "tiny-target (hf float32)" in r.stdout
+    r = run("profile", t, "--draft", f"{d}:int4")
+    assert r.returncode == 2 and "unknown precision 'int4'" in r.stderr
+    r = run("bench", "--target", t, "--setup", "ngram:k=auto", "--prompt", "a b c a b c a b c", "--max-new-tokens", "12",
+            "--no-chat", "--json", "-", "--quiet")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [p["engine"] for p in doc["cost_profiles"]] == ["tiny-target"]
+    ng = next(s for s in doc["summary"] if s["setup"] == "ngram:n=3,k=auto")
+    assert ng["theoretical_speedup"] is not None and all(x["identical_to_baseline"] for x in doc["runs"])

@@ -62,6 +62,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "hf-lookup": "app.lanes.hf_reference",
     "trtllm": "app.lanes.trtllm",
     "llamacpp-lookup": "app.lanes.llamacpp_lookup",
+    "remote": "app.lanes.remote",
 }
 
 

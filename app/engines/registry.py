@@ -1,6 +1,7 @@
 """Engine manifests (`engines/<name>.toml`) and where their weights come from.
 
-A manifest names a backend (`hf` | `trtllm` | `llamacpp`), a weight source and defaults (dtype, device). Sources:
+A manifest names a backend (`hf` | `trtllm` | `llamacpp` | `openai`), a weight source and defaults (dtype, device);
+an `openai` engine is a server and names no weights (app.engines.remote). Sources:
 
 * `hf_dir = "path/to/folder"`: a Hugging Face model folder (config.json + safetensors + tokenizer).
 * `gguf = "path/to/model.gguf"` or `gguf = "package:<dist>/<path>"`: one GGUF file, possibly inside an installed
@@ -36,9 +37,10 @@ __all__ = [
 
 REPO_ENGINES = Path(__file__).resolve().parents[2] / "engines"
 
-_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer", "python", "llamacpp"}
+_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer", "python", "llamacpp",
+             "openai"}
 _SOURCE_KEYS = {"hf_dir", "gguf", "gguf_parts", "size", "sha256", "model", "engine_dir"}
-_BACKENDS = ("hf", "trtllm", "llamacpp")
+_BACKENDS = ("hf", "trtllm", "llamacpp", "openai")
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
 _DEVICES = ("cpu", "cuda", "auto")
 
@@ -156,6 +158,15 @@ def load_manifest(path: Path) -> EngineManifest:
     device = data.get("device", "cuda" if backend == "trtllm" else "cpu")
     if device not in _DEVICES:
         raise bad(f"device must be one of {', '.join(_DEVICES)}, got {device!r}")
+    if backend == "openai":  # a server: no weights here (app.engines.remote)
+        from app.engines.remote import RemoteConfig
+
+        if "source" in data:
+            raise bad("a backend = \"openai\" engine has no [source]: the server holds the weights", "remove [source]; put base_url and model in [openai]")
+        cfg = RemoteConfig.from_table(data.get("openai"), str(path))
+        return EngineManifest(name=path.stem, path=path, backend=backend, source_kind="openai", source=(cfg.base_url,),
+                              description=str(data.get("description", "")), dtype="auto", device="auto",
+                              chat_template=bool(data.get("chat_template", True)), extra={k: data[k] for k in ("openai", "tokenizer") if k in data})
     src = data.get("source")
     if not isinstance(src, dict):
         raise bad("missing [source] table", "add a [source] table with one of hf_dir, gguf, gguf_parts (or model/engine_dir for trtllm)")

@@ -40,6 +40,8 @@ def backend_status(backend: str) -> tuple[bool, str]:
 
             return False, f"llama-cpp-python not installed: {INSTALL_HINT}"
         return True, ""
+    if backend == "openai":  # a server: reachable or not is asked when a lane loads it (no network here)
+        return True, ""
     if backend == "trtllm":
         try:
             from app.engines import trtllm

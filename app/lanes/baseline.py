@@ -19,7 +19,12 @@ class Baseline(SetupBase):
 def build(setup: Baseline, env):
     from app.speculative.loop import LoopRunner
 
-    return LoopRunner(env.target())
+    target = env.target()
+    if getattr(target, "backend", None) == "openai":  # a served target: the server decodes (app.speculative.remote)
+        from app.speculative.remote import RemoteRunner
+
+        return RemoteRunner(target)
+    return LoopRunner(target)
 
 
 KIND = register(SetupKind(Baseline, "baseline", "the target alone, one token per step", build))

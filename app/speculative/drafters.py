@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -184,15 +184,16 @@ class DraftModelDrafter:
         self.calibration = Calibration()
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
         self._prompt_len = 0
-        self.state = engine.new_state()
+        self.state: Any = None  # the draft's decode state (its KV cache), made by start(): one per lane
         self.seen: list[int] = []  # ids in the draft's cache
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.state = self.engine.new_state()
         self.seen = []
         self._scores = []
         self._prompt_len = len(prompt_ids)
-        # k=auto prefills lazily (in the first step that drafts): a lane where drafting never pays spends nothing
+        # k=auto makes its state and prefills lazily (in the first step that drafts): a lane where drafting never
+        # pays spends nothing on the draft (a llama.cpp context alone takes ~0.1 s to set up)
+        self.state = self.engine.new_state() if self.auto is None else None
         if len(prompt_ids) > 1 and self.auto is None:
             self.state.forward(prompt_ids[:-1], last_only=True)
             self.seen = list(prompt_ids[:-1])
@@ -224,6 +225,8 @@ class DraftModelDrafter:
                 if len(ids) - common > 1:
                     why += f" (the draft would first catch up over {len(ids) - common} tokens)"
             return Proposal([], why=why)
+        if self.state is None:
+            self.state = self.engine.new_state()
         if common < len(self.seen):
             self.state.crop(common)
             del self.seen[common:]

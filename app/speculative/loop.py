@@ -22,6 +22,7 @@ import torch
 
 from app.core.accounting import LaneRecorder, drive
 from app.core.costs import LaneCosts
+from app.core.errors import SetupError
 from app.core.events import RunDone, StepEvent
 from app.core.setups import Sampling
 from app.speculative.drafters import DraftContext, Drafter, NoDrafter
@@ -48,6 +49,11 @@ class LoopRunner:
     """
 
     def __init__(self, target, drafter: Drafter | None = None, costs: LaneCosts | None = None) -> None:
+        if not callable(getattr(target, "new_state", None)):
+            name, backend = getattr(target, "name", "?"), getattr(target, "backend", "?")
+            raise SetupError(f"{name} ({backend}) decodes inside its own library or server: our loop cannot verify drafts on it",
+                             fix=f"on {name} run baseline@{name} or {'remote' if backend == 'openai' else backend}:{name}; "
+                                 "draft:/ngram lanes need an hf or llamacpp target")
         self.engine = target
         self.drafter = drafter or NoDrafter()
         self.costs = costs

@@ -4,7 +4,8 @@
 
 Works offscreen (QT_QPA_PLATFORM=offscreen, the default here when no display is set) or under Xvfb.
 Writes 01-ready.png, 02-running.png (mid-run), 03-finished.png, 04-results.png, 05-plots.png,
-06-dark.png and run.json (the run report); exits 0 when every lane finished.
+06-dark.png, 07-costs.png (the window on its Costs tab) and run.json (the run report); exits 0 when every lane
+finished.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class _Shooter:
         self.app.processEvents()
         win.plots.save_png(str(self.out / "05-plots.png"))
         self.saved.append(str(self.out / "05-plots.png"))
+        win.tabs.setCurrentWidget(win.costs)
+        self.shot("07-costs.png")
         win.apply_theme(DARK)
         win.tabs.setCurrentWidget(win.results)
         self.shot("06-dark.png")

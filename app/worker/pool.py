@@ -24,6 +24,10 @@ def open_engine(manifest: EngineManifest, device: str | None, dtype: str | None,
         from app.engines.llamacpp import LlamaCppEngine
 
         return LlamaCppEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
+    if manifest.backend == "openai":
+        from app.engines.remote import RemoteEngine
+
+        return RemoteEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
     if manifest.backend == "trtllm":
         try:
             from app.engines import trtllm
