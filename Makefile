@@ -30,7 +30,7 @@ run: deps models-qwen deb-gui
 	  echo "No display (DISPLAY/WAYLAND_DISPLAY unset): running the headless comparison on the Qwen pair."; \
 	  echo "For the window on a headless box: xvfb-run -a $(PY) -m app gui"; \
 	  $(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=24,cstop=0.5,dtype=int8 \
-	    --setup baseline@llamacpp-$(QWEN_TARGET) --setup draft:llamacpp-$(QWEN_DRAFT),k=8,cstop=0.5@llamacpp-$(QWEN_TARGET) \
+	    --setup baseline@llamacpp-$(QWEN_TARGET) --setup draft:llamacpp-$(QWEN_DRAFT),k=auto@llamacpp-$(QWEN_TARGET) \
 	    --setup hf-assisted:$(QWEN_DRAFT) --suite quick --max-new-tokens 64 --mode interleaved; \
 	fi
 
@@ -112,9 +112,12 @@ $(LLAMA_SERVER): | $(PY)
 	test -f .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz || \
 	  $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary :all: -d .cache/llama-src
 	test -d $(LLAMA_SRC) || tar xzf .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C .cache/llama-src
-	cmake -S $(LLAMA_SRC) -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF > .cache/llama-server/cmake.log
-	cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc) > .cache/llama-server/build.log
+	command -v cmake >/dev/null || test -x $(BIN)/cmake || $(PIP) install cmake
+	PATH="$(abspath $(BIN)):$$PATH" cmake -S $(LLAMA_SRC) -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF > .cache/llama-server/cmake.log \
+	  || { tail -40 .cache/llama-server/cmake.log; exit 1; }
+	PATH="$(abspath $(BIN)):$$PATH" cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc) > .cache/llama-server/build.log \
+	  || { tail -60 .cache/llama-server/build.log; exit 1; }
 	cp $(LLAMA_SRC)/build/bin/llama-server $@
 
 llama-server: $(LLAMA_SERVER)

@@ -94,6 +94,8 @@ def _tip(p: Param) -> str:
     tip = f"{p.name}: {p.help}" if p.help else p.name
     if p.optional and p.unset:
         tip += f"\nunset: {p.unset}"
+    if p.auto:
+        tip += f"\nauto (the lowest value): {p.auto}"
     return tip
 
 
@@ -111,10 +113,12 @@ def _param_control(p: Param) -> QWidget:
         w = QSpinBox()
         lo = int(p.min) if p.min is not None else -_INT_MAX
         hi = int(p.max) - (1 if p.max_exclusive else 0) if p.max is not None else _INT_MAX
-        w.setRange(lo - 1 if p.optional else lo, hi)
+        w.setRange(lo - 1 if p.optional or p.auto else lo, hi)
         w.setPrefix(f"{label}=")
         if p.optional:
             w.setSpecialValueText(f"{label}: {p.unset or 'unset'}")
+        elif p.auto:  # the value below the range reads `auto` (k=auto)
+            w.setSpecialValueText(f"{label}=auto")
     elif p.type is float:
         w = QDoubleSpinBox()
         w.setDecimals(_FLOAT_DECIMALS)
@@ -201,7 +205,7 @@ class KindFields(QWidget):
         if isinstance(w, QComboBox):
             w.setCurrentIndex(max(0, w.findData(v)))
         elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
-            w.setValue(w.minimum() if v is None else v)
+            w.setValue(w.minimum() if v is None or (p.auto and v == "auto") else v)
         elif isinstance(w, QLineEdit):
             w.setText("" if v is None else str(v))
 
@@ -216,6 +220,8 @@ class KindFields(QWidget):
         if isinstance(w, (QSpinBox, QDoubleSpinBox)):
             if p.optional and w.value() == w.minimum():
                 return None
+            if p.auto and w.value() == w.minimum():
+                return "auto"
             return int(w.value()) if p.type is int else round(float(w.value()), _FLOAT_DECIMALS)
         text = w.text().strip() if isinstance(w, QLineEdit) else ""
         return text or (None if p.optional else "")

@@ -56,7 +56,10 @@ def main() -> int:
     ap.add_argument("--json", default="/tmp/cost-aware.json")
     args = ap.parse_args()
     setups = ([] if args.llamacpp_only else TORCH) + ([] if args.torch_only else LLAMACPP)
-    cmd = [sys.executable, "-m", "app", "bench", "--target", TARGET, "--mode", "interleaved", "--max-new-tokens", str(args.tokens),
+    target = TARGET
+    if args.llamacpp_only:  # the llama.cpp model is the run's target (no PyTorch baseline to wait for)
+        target, setups = LC_TARGET, [s.removesuffix(f"@{LC_TARGET}") for s in setups]
+    cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--mode", "interleaved", "--max-new-tokens", str(args.tokens),
            "--json", args.json, "--quiet"]
     cmd += ["--suite", args.suite] if args.suite else ["--prompts", args.prompts]
     for s in setups:

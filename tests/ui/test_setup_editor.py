@@ -365,3 +365,21 @@ def test_a_lane_can_run_on_its_own_target(qtbot):
     assert ed.target.currentData() == "qwen-big" and ed.target.isEnabled()
     ed.set_setup("trtllm:trt")
     assert not ed.target.isEnabled() and ed.target.currentData() is None
+
+
+def test_k_auto_is_the_spin_boxs_lowest_value(qtbot):
+    """`k=auto` (draft:, ngram) shows as the k spin box's value below 1, and choosing it writes k=auto."""
+    from app.ui.setup_editor import SetupEditor
+
+    ed = SetupEditor("draft:small,k=auto,dtype=int8")
+    qtbot.addWidget(ed)
+    k = ed.control("k")
+    assert k.value() == k.minimum() == 0 and k.text() == "k=auto" and "cost-aware" in k.toolTip()
+    k.setValue(6)
+    assert ed.setup() == "draft:small,k=6,dtype=int8"
+    k.setValue(k.minimum())
+    assert ed.setup() == "draft:small,k=auto,dtype=int8"
+    ed.set_setup("ngram:k=auto")
+    assert ed.control("k").text() == "k=auto"
+    ed.control("n").setValue(4)
+    assert ed.setup() == "ngram:n=4,k=auto"
