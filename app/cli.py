@@ -451,87 +451,13 @@ def render_summary(doc: dict) -> str:
     for s in doc["summary"]:
         for note in s.get("notes") or ():
             table += f"\nnote: {s['setup']}: {note}"
+    from app.profile_cli import render_profiles
+
     costs = render_profiles(doc.get("cost_profiles") or [])
     if costs:
         table += "\n\n" + costs
     by_cat = render_categories(doc)
     return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
-
-
-PROFILE_COLUMNS = (2, 3, 5, 9, 17, 25, 33)
-
-
-def render_profiles(profiles: Sequence[dict]) -> str:
-    """The verify-cost curves of a report's engines: T(1) and V(n) = T(n)/T(1) at a few n (k = n − 1 drafts)."""
-    from app.core.costs import CostProfile
-
-    if not profiles:
-        return ""
-    ps = [CostProfile.from_json(p) for p in profiles]
-    rows = [[f"{p.engine} ({p.backend} {p.precision})", f"{p.t1_s * 1e3:.1f}", *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS)] for p in ps]
-    head = (f"verify cost on {ps[0].machine_text or 'this machine'}: T(1) = one-token forward, V(n) = forward over n tokens ÷ T(1) "
-            "(a step verifying k drafts costs V(k+1) decode steps)")
-    return head + "\n" + format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows)
-
-
-def cmd_profile(args) -> int:
-    """Measure (or show the cached) cost profiles of an engine and its drafts on this machine."""
-    from app.core.setups import DRAFT_DTYPES
-    from app.worker.group import WorkerGroup
-    from app.worker.messages import LoadEngines
-
-    drafts = []
-    for d in args.draft or []:
-        name, _, dt = d.partition(":")
-        if dt and dt not in DRAFT_DTYPES:
-            raise SpecDeckError(f"--draft {d}: unknown precision {dt!r}", fix=f"use NAME or NAME:D with D one of {', '.join(DRAFT_DTYPES)}")
-        drafts.append((name, dt or None))
-    bar = _Bar(args.json == "-")
-    quiet = args.json == "-"
-
-    def say(text: str) -> None:
-        if not quiet:
-            print(text, file=sys.stderr)
-
-    def progress(ev) -> None:
-        from app.core.events import Progress
-
-        if isinstance(ev, Progress):
-            bar(ev.task, ev.done, ev.total, ev.unit)
-
-    client = WorkerGroup()
-    t0 = time.perf_counter()
-    try:
-        cmd = LoadEngines("profile", args.engine, tuple(drafts), args.device, args.dtype, profile=True, force_profile=args.force)
-        _, profiles = _load_engines(client, cmd, progress, say, float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30")))
-    except _Stuck as e:
-        client.kill()
-        raise SpecDeckError(str(e), fix="rerun on a quiet machine") from None
-    finally:
-        bar.close()
-        client.stop()
-    if not profiles:
-        raise SpecDeckError(f"{args.engine} cannot be profiled: it has no step-by-step forward (TensorRT-LLM engines decode inside the library)",
-                            fix="profile an hf or llamacpp engine")
-    rows = [p.to_json() for p in profiles]
-    doc = {"profiles": rows, "seconds": time.perf_counter() - t0}
-    if args.json == "-":
-        print(json.dumps(doc, indent=1))
-        return 0
-    print(render_profiles(rows))
-    target = profiles[0]
-    for p in profiles[1:]:
-        print(f"draft {p.engine} ({p.precision}): c = T_draft(1) / T_target(1) = {p.t1_s / target.t1_s:.3f}")
-    print(f"({doc['seconds']:.1f} s; cached under {_profiles_home()}; --force measures again)")
-    if args.json:
-        _write_json(doc, args.json)
-    return 0
-
-
-def _profiles_home() -> str:
-    from app.core.costs import profiles_dir
-
-    return str(profiles_dir())
 
 
 def render_categories(doc: dict) -> str:
@@ -645,6 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
     pr.add_argument("--force", action="store_true", help="measure again even if cached")
     pr.add_argument("--json", metavar="PATH", help="write the profiles as JSON to PATH, or - for stdout")
+    from app.profile_cli import cmd_profile
+
     pr.set_defaults(func=cmd_profile)
 
     sub.add_parser("telemetry", help="print GPU/CPU telemetry samples (NVML, psutil)", add_help=False)
