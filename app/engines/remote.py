@@ -11,6 +11,7 @@ A manifest names the server and a local tokenizer::
     tokenizer = "llama-3.1-8b-instruct"        # a local engine with the same tokenizer (prompt ids, text, EOS)
     api_key_env = "CLUSTER_API_KEY"            # the key is read from this variable; never stored or logged
     metrics_url = "https://llm.internal:8000/metrics"  # Prometheus: speculative counters, by delta per request
+    gpu_metrics_url = "http://llm.internal:9400/metrics"  # a DCGM exporter: the GUI plots the server's GPUs
     server = "auto"                             # llama.cpp | vllm | sglang | trtllm | openai (auto: asked)
     verify_tls = true
     timeout_s = 120                             # per read; connect_timeout_s = 10
@@ -38,13 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import EngineError
+from app.core.prometheus import MetricsError, parse_metrics
 from app.engines.base import TokenizerMixin
-from app.engines.prometheus import MetricsError, parse_metrics
 
-__all__ = ["RemoteConfig", "RemoteEngine", "HTTPFailure", "server_lock", "SERVERS"]
+__all__ = ["RemoteConfig", "RemoteEngine", "HTTPFailure", "server_lock", "SERVERS", "gpu_metrics_sources"]
 
 SERVERS = ("auto", "llama.cpp", "vllm", "sglang", "trtllm", "openai")
-_KEYS = {"base_url", "model", "tokenizer", "api_key_env", "metrics_url", "server", "verify_tls", "timeout_s", "connect_timeout_s"}
+_KEYS = {"base_url", "model", "tokenizer", "api_key_env", "metrics_url", "gpu_metrics_url", "server", "verify_tls", "timeout_s",
+         "connect_timeout_s"}
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -64,6 +66,7 @@ class RemoteConfig:
     tokenizer: str
     api_key_env: str | None = None
     metrics_url: str | None = None
+    gpu_metrics_url: str | None = None
     server: str = "auto"
     verify_tls: bool = True
     timeout_s: float = 120.0
@@ -82,7 +85,7 @@ class RemoteConfig:
         for k in ("base_url", "model", "tokenizer"):
             if not isinstance(t.get(k), str) or not t[k].strip():
                 raise bad(f"needs {k} (a non-empty string)")
-        for k in ("base_url", "metrics_url"):
+        for k in ("base_url", "metrics_url", "gpu_metrics_url"):
             v = t.get(k)
             if v is not None and (not isinstance(v, str) or not v.startswith(("http://", "https://"))):
                 raise bad(f"{k} must be an http:// or https:// URL, got {v!r}")
@@ -99,7 +102,7 @@ class RemoteConfig:
         if "verify_tls" in t and not isinstance(t["verify_tls"], bool):
             raise bad("verify_tls must be true or false")
         return cls(base_url=t["base_url"].rstrip("/"), model=t["model"], tokenizer=t["tokenizer"], api_key_env=env,
-                   metrics_url=t.get("metrics_url"), server=server,
+                   metrics_url=t.get("metrics_url"), gpu_metrics_url=t.get("gpu_metrics_url"), server=server,
                    verify_tls=t.get("verify_tls", True), timeout_s=float(t.get("timeout_s", 120.0)),
                    connect_timeout_s=float(t.get("connect_timeout_s", 10.0)))
 
@@ -126,6 +129,7 @@ class RemoteEngine(TokenizerMixin):
         self.device = "remote"
         self.dtype = "server"
         self.load_s = 0.0
+        self.spec_k: int | None = None  # the server's num_speculative_tokens, once a response has reported it
         progress(f"connect to {self.cfg.base_url}", 0, 1, "")
         self.tokenizer = tokenizer if tokenizer is not None else _local_tokenizer(self.cfg.tokenizer, self.name, progress)
         eos = getattr(self.tokenizer, "eos_token_id", None)
@@ -135,6 +139,8 @@ class RemoteEngine(TokenizerMixin):
         self.server = self.cfg.server if self.cfg.server != "auto" else self._detect()
         if self.cfg.metrics_url:
             self.read_metrics()  # a wrong metrics URL fails here, once, with the fix
+        if self.cfg.gpu_metrics_url:
+            self.read_gpus()
         progress(f"connect to {self.cfg.base_url}", 1, 1, "")
 
     # --- HTTP -------------------------------------------------------------------------------------
@@ -229,6 +235,29 @@ class RemoteEngine(TokenizerMixin):
                               fix=f"point metrics_url in {self.manifest.where} at the server's /metrics (llama-server needs --metrics), "
                                   "or remove it") from None
 
+    def read_gpus(self):
+        """The server's GPUs from its DCGM exporter (GpuSamples).
+
+        Raises:
+            HTTPFailure: unreachable; EngineError: not a DCGM exporter's page.
+        """
+        from app.telemetry.dcgm import DcgmReader
+
+        url = self.cfg.gpu_metrics_url
+        assert url is not None
+        try:
+            return DcgmReader(self.name, url, timeout_s=self.cfg.connect_timeout_s).fetch()
+        except MetricsError as e:
+            raise EngineError(f"engine {self.name}: {url} is not a DCGM exporter's metrics ({e})",
+                              fix=f"point gpu_metrics_url in {self.manifest.where} at the server's dcgm-exporter (port 9400, /metrics), "
+                                  "or remove it") from None
+        except urllib.error.HTTPError as e:
+            raise HTTPFailure(f"engine {self.name}: its GPU metrics at {url} answered HTTP {e.code}: {_error_text(e)}",
+                              fix=f"check gpu_metrics_url in {self.manifest.where} (a dcgm-exporter serves /metrics without a key)") from None
+        except OSError as e:
+            raise HTTPFailure(f"engine {self.name}: cannot reach its GPU metrics at {url}: {getattr(e, 'reason', e)}",
+                              fix=f"is dcgm-exporter running on the server? Check gpu_metrics_url in {self.manifest.where}") from None
+
     # --- what the scheduler asks -------------------------------------------------------------------
     @property
     def context_length(self) -> int | None:
@@ -269,3 +298,29 @@ def _local_tokenizer(name: str, engine: str, progress):
         return load_tokenizer(prepare(m, progress))
     raise EngineError(f"engine {engine}: tokenizer engine {name!r} has backend {m.backend!r}",
                       fix="name an hf or llamacpp engine whose tokenizer matches the served model")
+
+
+def gpu_metrics_sources(target: str, setups) -> dict[str, str]:
+    """Engine name → DCGM URL for every remote engine of a run (its target, `@engine` lane targets, `remote:`
+    lanes) whose manifest sets gpu_metrics_url; engines that do not resolve are skipped (the run reports them)."""
+    from app.core.setups import parse_setup
+    from app.engines.registry import resolve
+
+    names = [target]
+    for text in setups:
+        try:
+            st = parse_setup(text)
+        except Exception:
+            continue
+        names += [n for n in (st.target, st.lane_engine) if n]
+    out: dict[str, str] = {}
+    for n in dict.fromkeys(names):
+        try:
+            m = resolve(n)
+        except Exception:
+            continue
+        t = m.extra.get("openai") if m.backend == "openai" else None
+        url = t.get("gpu_metrics_url") if isinstance(t, dict) else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            out[m.name] = url
+    return out

@@ -12,10 +12,13 @@ Steps, by what the server reports:
   step that drafted Δdraft_n tokens and kept Δaccepted: the step's tokens are that chunk and the next Δaccepted
   (accepted drafts, then the target token). Other chunks are one-token steps. Exact, rejected ids excepted
   (llama-server does not send them: "rejected ids unavailable").
-* **other servers** (`/v1/completions`, `return_token_ids` where the server has it — vLLM): each chunk is what
-  one engine iteration produced; steps carry tokens only ("reference"), and the request's drafted/accepted totals
-  come from the final chunk's `metrics.speculative_decoding` (vLLM `--per-request-spec-decode-metrics`), else
-  from the deltas of the Prometheus counters around the request, else are unavailable (said in the lane's notes).
+* **vLLM** (`/v1/completions` with `return_token_ids`): each chunk is what one engine step produced, so a chunk
+  of n tokens is a verification step that kept n − 1 drafts and added the target's token (k: the server's
+  num_speculative_tokens once a response has reported it). The request's drafted/accepted totals come from the
+  final chunk's `metrics.speculative_decoding` (`--per-request-spec-decode-metrics`), which also checks the chunk
+  reading (a mismatch is noted), else from the deltas of its Prometheus counters, else are unavailable.
+* **other servers** (`/v1/completions`): each chunk is one step of tokens only ("reference"); counts from the
+  Prometheus deltas where the server has known counters, else unavailable (said in the lane's notes).
 
 Times: a step ends when its first chunk arrives (the server sends a step's tokens together); step 0 runs from
 the request to the first token (prefill, network included).
@@ -33,11 +36,11 @@ from typing import Any
 from app.core.accounting import LaneRecorder
 from app.core.errors import EngineError, SetupError
 from app.core.events import StepEvent
+from app.core.prometheus import SPEC_COUNTERS, metric_sum
 from app.core.setups import Sampling
-from app.engines.prometheus import SPEC_COUNTERS, metric_sum
 from app.engines.remote import RemoteEngine, server_lock
 
-__all__ = ["RemoteRunner", "Chunk", "NO_COUNTS_NOTE"]
+__all__ = ["RemoteRunner", "Chunk", "NO_COUNTS_NOTE", "VLLM_STEPS_NOTE"]
 
 NO_COUNTS_NOTE = ("the server reported no speculative-decoding statistics for this request (not drafting, or its "
                   "counters are off: llama-server reports them when a draft is set; vLLM with --per-request-spec-decode-metrics "
@@ -55,9 +58,11 @@ class Chunk:
     draft_accepted: int | None = None
     finish: str | None = None  # "eos" | "length" | other
     spec: dict = field(default_factory=dict)  # per-request speculative metrics (vLLM), final chunk
+    token_ids: bool = False  # the server sent the ids (vLLM return_token_ids), not only text
 
 
-_END = object()
+VLLM_STEPS_NOTE = ("drafted/accepted totals are the server's per-request metrics; each step's accepted drafts are its "
+                   "streamed chunk's size − 1 (one chunk per engine step), its k the server's num_speculative_tokens")
 
 
 class RemoteRunner:
@@ -99,7 +104,7 @@ class RemoteRunner:
         if ids is None and text:  # no ids from this server: the local tokenizer's reading of the text
             ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
         fin = ch.get("finish_reason")
-        return Chunk(t, [int(x) for x in ids or []], text, None, None, "eos" if fin == "stop" else fin, spec)
+        return Chunk(t, [int(x) for x in ids or []], text, None, None, "eos" if fin == "stop" else fin, spec, token_ids=ch.get("token_ids") is not None)
 
     def _reader(self, url: str, body: dict, out: queue.Queue, stop: threading.Event, clock: Callable[[], float]) -> None:
         e = self.engine
@@ -178,6 +183,7 @@ class RemoteRunner:
         prev = (0, 0)
         per_chunk = False
         spec: dict = {}
+        chunk_accepted = 0  # vLLM: accepted drafts seen in multi-token chunks
         counters = None
         finish = None
         try:
@@ -199,9 +205,22 @@ class RemoteRunner:
                 finish = c.finish or finish
                 if c.draft_n is not None:
                     per_chunk = True
-                if not c.ids:
+                if not c.ids or rec.done:  # after the lane's last token: read on for the final chunk's metrics
                     continue
-                if not per_chunk or self.engine.server != "llama.cpp":
+                if self.engine.server == "vllm" and c.token_ids:
+                    # one chunk per engine step: n tokens = n − 1 accepted drafts and the target's token
+                    n, dt = len(c.ids), c.t - t_last
+                    t_last = c.t
+                    if rec.steps == 0 or n == 1:
+                        yield rec.step(c.ids[:1], kind="baseline", t_verify_s=dt, t_wall_s=dt)
+                        for tok in c.ids[1:]:  # a coalesced first chunk: the rest as one-token steps
+                            if not rec.done:
+                                yield rec.step([tok], kind="baseline", t_verify_s=0.0, t_wall_s=0.0)
+                    else:
+                        chunk_accepted += n - 1
+                        k = max(self.engine.spec_k or 0, n - 1)
+                        yield rec.step(c.ids, accepted=n - 1, drafted_count=k, t_verify_s=dt, t_wall_s=dt)
+                elif not per_chunk or self.engine.server != "llama.cpp":
                     # tokens only: one step per chunk (an engine iteration)
                     yield rec.step(c.ids, kind="reference" if rec.steps else "baseline", t_verify_s=c.t - t_last, t_wall_s=c.t - t_last)
                     t_last = c.t
@@ -228,8 +247,6 @@ class RemoteRunner:
                             dt = c.t - t_last
                             t_last = c.t
                             yield rec.step([tok], kind="baseline", t_verify_s=dt, t_wall_s=dt)
-                if rec.done:
-                    break
                 if cancelled():
                     rec.stop("cancelled")
                     break
@@ -240,13 +257,20 @@ class RemoteRunner:
             stop.set()
         if finish == "eos" and rec.stop_reason == "length" and not rec.done:
             rec.stop("eos")  # the server stopped at its EOS without sending it
-        self._counts(rec, per_chunk, spec, counters)
+        self._counts(rec, per_chunk, spec, counters, chunk_accepted)
 
-    def _counts(self, rec: LaneRecorder, per_chunk: bool, spec: dict, counters) -> None:
+    def _counts(self, rec: LaneRecorder, per_chunk: bool, spec: dict, counters, chunk_accepted: int = 0) -> None:
         if per_chunk and rec.acc.drafted:
             return  # every step's counts known
         if spec.get("num_draft_tokens") is not None:
-            rec.override(drafted=int(spec["num_draft_tokens"]), accepted=int(spec.get("num_accepted_draft_tokens", 0)), counts_source="engine")
+            if isinstance(spec.get("num_spec_tokens"), int):
+                self.engine.spec_k = spec["num_spec_tokens"]  # k of the next requests' steps
+            drafted, accepted = int(spec["num_draft_tokens"]), int(spec.get("num_accepted_draft_tokens", 0))
+            rec.override(drafted=drafted, accepted=accepted, counts_source="engine")
+            rec.note(VLLM_STEPS_NOTE)
+            if self.engine.server == "vllm" and chunk_accepted != accepted and rec.stop_reason != "length":
+                rec.note(f"the streamed chunks held {chunk_accepted} accepted drafts, the server counted {accepted}: "
+                         "chunks were coalesced (--stream-interval) or split, so the per-step view is approximate")
             return
         if counters is not None and counters[0] is not None and counters[1] is not None:  # (before, after)
             (_, d0, a0), (_, d1, a1) = counters

@@ -11,9 +11,10 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.telemetry.dcgm import DcgmReader
 from app.telemetry.host import HostReader
 from app.telemetry.nvml import NvmlReader
 from app.telemetry.samples import HostSample, TelemetrySample
@@ -70,6 +71,7 @@ class TelemetrySampler:
         self._callback_failed = False
         self._pids_failed = False
         self._nvml = NvmlReader(nvml_module)
+        self._remote: tuple[DcgmReader, ...] = ()
         self._host = HostReader()
         self._host.prime(self._current_pids())
 
@@ -88,6 +90,18 @@ class TelemetrySampler:
     def running(self) -> bool:
         """``True`` while the background thread is alive."""
         return self._thread is not None and self._thread.is_alive()
+
+    def set_remote_gpus(self, sources: Mapping[str, str]) -> None:
+        """Also read these servers' GPUs: engine name → its DCGM exporter's metrics URL (empty: none)."""
+        keep = {r.source: r for r in self._remote}
+        readers = tuple(keep[n] if n in keep and keep[n].url == u else DcgmReader(n, u) for n, u in sources.items())
+        with self._read_lock:
+            self._remote = readers
+
+    @property
+    def remote_states(self) -> dict[str, str]:
+        """Per remote engine: "ok" or why its GPUs are not read."""
+        return {r.source: r.state for r in self._remote}
 
     # ---------------------------------------------------------------- reading
     def _current_pids(self) -> dict[str, int]:
@@ -113,7 +127,7 @@ class TelemetrySampler:
             pids = self._current_pids()
             worker_pids = [pid for role, pid in pids.items() if role.startswith("worker")]
             t, t_mono = time.time(), time.monotonic()
-            gpus = self._nvml.sample(worker_pids)
+            gpus = self._nvml.sample(worker_pids) + tuple(g for r in self._remote for g in r.sample())
             host: HostSample = self._host.sample(pids)
             sample = TelemetrySample(t=t, t_mono=t_mono, gpus=gpus, host=host, gpu_state=self._nvml.state)
             with self._ring_lock:

@@ -45,6 +45,8 @@ class GpuSample:
         temp_c: GPU core temperature, °C.
         worker_mem_mib: device memory held by the worker process(es), MiB (0.0 when it holds none; NaN when
             no worker pid is known or the driver does not report per-process memory).
+        source: "" for this machine's GPUs (NVML); else the remote engine whose server they serve (read from its
+            DCGM exporter, app.telemetry.dcgm).
     """
 
     index: int
@@ -56,6 +58,7 @@ class GpuSample:
     sm_clock_mhz: float
     temp_c: float
     worker_mem_mib: float
+    source: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict, NaN → ``None``."""
@@ -69,6 +72,7 @@ class GpuSample:
             "sm_clock_mhz": nan_to_none(self.sm_clock_mhz),
             "temp_c": nan_to_none(self.temp_c),
             "worker_mem_mib": nan_to_none(self.worker_mem_mib),
+            "source": self.source,
         }
 
     @classmethod
@@ -84,6 +88,7 @@ class GpuSample:
             sm_clock_mhz=none_to_nan(d.get("sm_clock_mhz")),
             temp_c=none_to_nan(d.get("temp_c")),
             worker_mem_mib=none_to_nan(d.get("worker_mem_mib")),
+            source=str(d.get("source") or ""),
         )
 
 

@@ -452,6 +452,12 @@ class MainWindow(QMainWindow):
             return None
         if self.sampler is not None:
             self.sampler.clear()
+            try:  # a served lane's GPUs (its manifest's DCGM exporter) join the GPU plot
+                from app.engines.remote import gpu_metrics_sources
+
+                self.sampler.set_remote_gpus(gpu_metrics_sources(plan.target, plan.setups))
+            except Exception as e:  # never stops a run
+                self.status.show_message(f"⚠ server GPU metrics unavailable: {e}")
         self.save_settings()
         return self.controller.start(plan)
 

@@ -180,7 +180,9 @@ class PlotPanel(QWidget):
             (c.getViewBox() or self.p_sys.vb).removeItem(c)
         self._sys_curves = {}
         if gpu:
-            specs = [("GPU util %", "#76b900", False, Qt.PenStyle.SolidLine), ("GPU mem MiB", "#8250df", True, Qt.PenStyle.DashLine)]
+            specs = [("GPU util %", "#76b900", False, Qt.PenStyle.SolidLine), ("GPU mem MiB", "#8250df", True, Qt.PenStyle.DashLine),
+                     ("server GPU util %", "#D55E00", False, Qt.PenStyle.SolidLine),
+                     ("server GPU mem MiB", "#CC79A7", True, Qt.PenStyle.DashLine)]
         else:
             specs = [
                 ("worker CPU %", "#0072B2", False, Qt.PenStyle.SolidLine),
@@ -360,11 +362,11 @@ class PlotPanel(QWidget):
             self._setup_sys_curves(gpu)
             w = s.host.proc("worker")
             g = s.host.proc("gui")
-            if gpu:
-                util = float(np.nanmean([x.util_pct for x in s.gpus])) if any(not math.isnan(x.util_pct) for x in s.gpus) else nan
-                mem = float(sum(x.mem_used_mib for x in s.gpus))
-                total = float(sum(x.mem_total_mib for x in s.gpus))
-                row = (s.t_mono, util, mem, nan, nan, total, s.host.cpu_pct)
+            if gpu:  # this machine's GPUs (NVML) and the served lanes' GPUs (DCGM exporters), each averaged / summed
+                local = [x for x in s.gpus if not x.source]
+                served = [x for x in s.gpus if x.source]
+                row = (s.t_mono, _mean_util(local), _sum_mem(local), _mean_util(served), _sum_mem(served),
+                       float(sum(x.mem_total_mib for x in local)) if local else nan, s.host.cpu_pct)
             else:
                 row = (
                     s.t_mono,
@@ -444,7 +446,7 @@ class PlotPanel(QWidget):
             v = self.tele.view()
             x = v[:, 0] - self.t0
             names = list(self._sys_curves)
-            cols = (1, 2) if self.gpu_mode else (1, 3, 2, 4)
+            cols = (1, 2, 3, 4) if self.gpu_mode else (1, 3, 2, 4)
             for name, col in zip(names, cols, strict=False):
                 c = self._sys_curves[name]
                 self._set(c, name, x, v[:, col], pg.mkPen(c.opts["pen"]).color().name(), "MiB" if "MiB" in name else "%")
@@ -458,8 +460,8 @@ class PlotPanel(QWidget):
 
     def _sys_ranges(self, v: np.ndarray) -> None:
         """Grow the system plot's two y axes (percent left, MiB right) in steps."""
-        left = (1,) if self.gpu_mode else (1, 3)
-        right = (2, 5) if self.gpu_mode else (2, 4)
+        left = (1, 3)
+        right = (2, 4, 5) if self.gpu_mode else (2, 4)
 
         def top(cols) -> float:
             vals = v[:, list(cols)] if len(v) else np.empty((0, 0))
@@ -518,3 +520,12 @@ class PlotPanel(QWidget):
     def buffer_len(self, lane_id: str) -> int:
         ln = self.lanes.get(lane_id)
         return len(ln.ring) if ln else 0
+
+
+def _mean_util(gpus) -> float:
+    vals = [g.util_pct for g in gpus if not math.isnan(g.util_pct)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _sum_mem(gpus) -> float:
+    return float(sum(g.mem_used_mib for g in gpus)) if gpus else math.nan

@@ -9,11 +9,8 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import signal
-import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ from app.engines.cache import source_paths
 from app.engines.registry import load_manifest, resolve
 from app.engines.remote import HTTPFailure, RemoteEngine
 from app.speculative.remote import NO_COUNTS_NOTE, RemoteRunner
+from tests.engines.servers import ServerProcess, free_port
 
 pytest.importorskip("llama_cpp", reason="the remote tests read SmolLM2's tokenizer from its GGUF through llama-cpp-python")
 
@@ -35,55 +33,16 @@ KEY = "s3cret-test-key"
 PROMPT = "Rename the variable x to total in this code and return the whole code:\n\ndef f(x):\n    y = x * 2\n    return x + y\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A llama-server process on 127.0.0.1 (stopped at teardown)."""
-
-    def __init__(self, *extra: str) -> None:
-        if not BINARY.is_file():
-            if os.environ.get("SPECDECK_LLAMA_SERVER"):
-                pytest.fail(f"llama-server not found at {BINARY}: `make llama-server` builds it")
-            pytest.skip("llama-server is built by `make llama-server` (make test does it)")
-        gguf = source_paths(resolve("llamacpp-smollm2-135m-instruct"))[0]
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        import tempfile
-
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")  # noqa: SIM115
-        self.proc = subprocess.Popen([str(BINARY), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port), "-c", "2048",
-                                      "-t", "2", "-np", "1", "--no-webui", "--no-warmup", "-a", "smollm2", *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline and self.proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    pass
-                import urllib.request
-
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        self.log.flush()
-        self.log.seek(0)
-        tail = "".join(self.log.readlines()[-15:])
-        self.stop()
-        pytest.fail(f"llama-server did not come up within 120 s (exit code {self.proc.poll()}); its log ends:\n{tail}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+def Server(*extra: str) -> ServerProcess:  # noqa: N802
+    """A llama-server process on 127.0.0.1 serving SmolLM2's GGUF (stopped at teardown)."""
+    if not BINARY.is_file():
+        if os.environ.get("SPECDECK_LLAMA_SERVER"):
+            pytest.fail(f"llama-server not found at {BINARY}: `make llama-server` builds it")
+        pytest.skip("llama-server is built by `make llama-server` (make test does it)")
+    gguf = source_paths(resolve("llamacpp-smollm2-135m-instruct"))[0]
+    port = free_port()
+    return ServerProcess("llama-server", [str(BINARY), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
+                                          "-t", "2", "-np", "1", "--no-webui", "--no-warmup", "-a", "smollm2", *extra], port)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +122,7 @@ def test_identical_tokens_to_a_local_llamacpp_baseline_or_the_first_divergence(p
 
 
 def test_bad_input_gives_one_clear_error(plain, spec, tmp_path, monkeypatch):
-    closed = f"http://127.0.0.1:{_free_port()}"
+    closed = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(HTTPFailure, match="cannot reach") as e:
         RemoteEngine(load_manifest(manifest(tmp_path, "gone", closed)))
     assert "is the server running" in str(e.value)
@@ -178,6 +137,20 @@ def test_bad_input_gives_one_clear_error(plain, spec, tmp_path, monkeypatch):
         RemoteEngine(load_manifest(manifest(tmp_path, "unset", spec.url, api_key_env="UNSET_KEY")))
     with pytest.raises(EngineError, match="not Prometheus"):
         RemoteEngine(load_manifest(manifest(tmp_path, "badmetrics", plain.url, metrics_url=plain.url + "/health")))
+    with pytest.raises(HTTPFailure, match="answered HTTP 401"):  # the keyed server's own /metrics
+        RemoteEngine(load_manifest(manifest(tmp_path, "keyeddcgm", plain.url, gpu_metrics_url=spec.url + "/metrics")))
+    from tests.telemetry.test_dcgm import Exporter
+
+    ex = Exporter()
+    ex.text = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"  # Prometheus, not DCGM
+    try:
+        with pytest.raises(EngineError, match="not a DCGM exporter's metrics") as e:
+            RemoteEngine(load_manifest(manifest(tmp_path, "baddcgm", plain.url, gpu_metrics_url=ex.url)))
+        assert "dcgm-exporter" in str(e.value)
+    finally:
+        ex.close()
+    with pytest.raises(HTTPFailure, match="cannot reach its GPU metrics"):
+        RemoteEngine(load_manifest(manifest(tmp_path, "nodcgm", plain.url, gpu_metrics_url=closed + "/metrics")))
     with pytest.raises(EngineError, match="key itself never goes in a manifest"):
         load_manifest(manifest(tmp_path, "keyinline", plain.url, api_key_env="sk=123"))
 
@@ -214,7 +187,7 @@ def test_a_server_that_dies_mid_stream(tmp_path):
         it = RemoteRunner(eng).run(rec, ids, sampling, lambda: False)
         got = [next(it) for _ in range(3)]
         assert len(got) == 3
-        s.proc.kill()
+        s.kill()
         with pytest.raises(EngineError, match="broke off|cannot reach"):
             for _ in it:
                 pass
@@ -238,3 +211,20 @@ def test_remote_lanes_in_a_bench_beside_local_ones(spec, tmp_path, monkeypatch):
     served = runs[f"remote:{m}"]
     assert served["drafted"] > 0 and served["counts_source"] == "steps" and served["speedup"] > 0
     assert served["identical_to_baseline"] is not None  # compared token by token with the local baseline
+
+
+def test_a_servers_gpus_from_its_dcgm_exporter(plain, tmp_path):
+    """gpu_metrics_url: checked at load, and named to the GUI's sampler (gpu_metrics_sources) for the runs that use
+    the engine. The exporter is a stand-in page (tests/telemetry/test_dcgm.py says why)."""
+    from app.engines.remote import gpu_metrics_sources
+    from tests.telemetry.test_dcgm import Exporter
+
+    ex = Exporter()
+    try:
+        m = manifest(tmp_path, "gpus", plain.url, gpu_metrics_url=ex.url)
+        eng = RemoteEngine(load_manifest(m))
+        assert [g.source for g in eng.read_gpus()] == ["gpus"] * 3
+        assert gpu_metrics_sources("smollm2-135m-instruct", ["baseline", f"remote:{m}", "ngram"]) == {"gpus": ex.url}
+        assert gpu_metrics_sources("smollm2-135m-instruct", ["baseline", "ngram:k=4"]) == {}
+    finally:
+        ex.close()

