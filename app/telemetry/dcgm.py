@@ -56,7 +56,7 @@ def gpus_from_dcgm(text: str, source: str) -> tuple[GpuSample, ...]:
             names[key] = f"{model} @ {host}" if host else model
     if not any("util_pct" in f for f in by_gpu.values()):
         raise MetricsError(f"no {DCGM_UTIL} samples: not a DCGM exporter's page")
-    out = []
+    out: list[GpuSample] = []
     for key in sorted(by_gpu, key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0, k[1])):
         f = by_gpu[key]
         used, free = f.get("used", _NAN), f.get("free", _NAN)
