@@ -228,3 +228,18 @@ def test_a_servers_gpus_from_its_dcgm_exporter(plain, tmp_path):
         assert gpu_metrics_sources("smollm2-135m-instruct", ["baseline", "ngram:k=4"]) == {}
     finally:
         ex.close()
+
+
+def test_one_unreachable_server_fails_its_lane_only(plain, tmp_path):
+    """A bench with a served lane that cannot connect: that lane's error (with the fix), the other lanes' results."""
+    import sys
+
+    good = manifest(tmp_path, "served", plain.url)
+    gone = manifest(tmp_path, "gone", f"http://127.0.0.1:{free_port()}")
+    r = subprocess.run([sys.executable, "-m", "app", "bench", "--target", "llamacpp-smollm2-135m-instruct", "--setup", f"remote:{gone}",
+                        "--setup", f"remote:{good}", "--prompt", PROMPT, "--max-new-tokens", "12", "--warmup", "0", "--json", "-", "--quiet"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert "cannot reach" in r.stderr and "is the server running" in r.stderr
+    runs = {x["setup"] for x in json.loads(r.stdout)["runs"]}
+    assert {"baseline", f"remote:{good}"} <= runs and f"remote:{gone}" not in runs
