@@ -73,3 +73,27 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def remote_manifest(tmp_path, name: str, url: str, tokenizer: str, model: str = "smollm2", **openai):
+    """A `backend = "openai"` manifest file for a server at `url`, [openai] keys from the arguments."""
+    import json
+
+    table = {"base_url": url, "model": model, "tokenizer": tokenizer, **openai}
+    p = tmp_path / f"{name}.toml"
+    p.write_text(f'backend = "openai"\ndescription = "{name}"\n[openai]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
+    return p
+
+
+def remote_lane(engine, prompt: str, max_new: int = 40, **kw):
+    """One remote lane of `prompt` on `engine`: (its StepEvents, its LaneStats)."""
+    from app.core.accounting import LaneRecorder, drive
+    from app.core.events import StepEvent
+    from app.core.setups import Sampling
+    from app.speculative.remote import RemoteRunner
+
+    ids = engine.encode_prompt(prompt)
+    s = Sampling(max_new_tokens=max_new, **kw)
+    rec = LaneRecorder("L", "remote", "p", 0, s.max_new_tokens, engine.eos_ids, engine.detokenizer(ids))
+    evs = list(drive(RemoteRunner(engine), rec, ids, s))
+    return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats

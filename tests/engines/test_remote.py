@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from app.core.accounting import LaneRecorder, drive
+from app.core.accounting import LaneRecorder
 from app.core.errors import EngineError
-from app.core.events import StepEvent
 from app.core.setups import Sampling
 from app.engines.cache import source_paths
 from app.engines.registry import load_manifest, resolve
 from app.engines.remote import HTTPFailure, RemoteEngine
 from app.speculative.remote import NO_COUNTS_NOTE, RemoteRunner
-from tests.engines.servers import ServerProcess, free_port
+from tests.engines.servers import ServerProcess, free_port, remote_lane, remote_manifest
 
 pytest.importorskip("llama_cpp", reason="the remote tests read SmolLM2's tokenizer from its GGUF through llama-cpp-python")
 
@@ -61,20 +60,11 @@ def spec():
 
 
 def manifest(tmp_path: Path, name: str, url: str, **openai) -> Path:
-    table = {"base_url": url, "model": "smollm2", "tokenizer": "llamacpp-smollm2-135m-instruct", **openai}
-    lines = ['backend = "openai"', f'description = "{name}"', "[openai]"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in table.items()]
-    p = tmp_path / f"{name}.toml"
-    p.write_text("\n".join(lines) + "\n")
-    return p
+    return remote_manifest(tmp_path, name, url, "llamacpp-smollm2-135m-instruct", **openai)
 
 
 def lane(engine: RemoteEngine, max_new: int = 40, **kw):
-    ids = engine.encode_prompt(PROMPT)
-    s = Sampling(max_new_tokens=max_new, **kw)
-    rec = LaneRecorder("L", "remote", "p", 0, s.max_new_tokens, engine.eos_ids, engine.detokenizer(ids))
-    evs = list(drive(RemoteRunner(engine), rec, ids, s))
-    return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
+    return remote_lane(engine, PROMPT, max_new, **kw)
 
 
 def test_a_plain_server_runs_with_counts_unavailable(plain, tmp_path):

