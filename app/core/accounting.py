@@ -19,12 +19,13 @@ It builds every StepEvent and the lane's LaneStats, so these are computed in one
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.costs import LaneCosts
-from app.core.events import RunDone, StepEvent, TargetKind
+from app.core.events import RunDone, StepEvent, TargetKind, TreeStep
 from app.core.metrics import LaneAccumulator, LaneStats
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class LaneRecorder:
         self.notes: list[str] = []  # said once each in LaneStats.notes (see note())
         self.k_hist: list[int] = []  # decode steps by drafted count
         self.costs: LaneCosts | None = None  # set by runners that know their engines' cost profiles (theory)
+        self.tree_steps = 0  # steps that verified a token tree
 
     # --- state --------------------------------------------------------------------------------------
     @property
@@ -189,6 +191,7 @@ class LaneRecorder:
         draft_probs: Sequence[float] | None = None,
         target_probs: ProbsArg = None,
         why: str = "",
+        tree: TreeStep | None = None,
     ) -> StepEvent:
         """Record one step (one target forward) and return its StepEvent.
 
@@ -206,6 +209,8 @@ class LaneRecorder:
             target_probs: the target's probabilities (kept drafts, first rejected, target token), or a function
                 of the final (accepted, target_id) computed after truncation.
             why: the drafting policy's reason for this step's k (k=auto: predicted gain), for tooltips.
+            tree: the token tree verified (tree drafting): then `drafted_count` is its node count and `drafted_ids`
+                the accepted path and the rejected line below it (see StepEvent.tree).
         """
         k = drafted_count if drafted_count is not None else len(drafted_ids)
         a = min(accepted, k)
@@ -229,6 +234,8 @@ class LaneRecorder:
             kind = target_kind(k, a)
         pieces: list[str] = []
         rejected_pieces: list[str] = []
+        if self.detok is not None and tree is not None and not tree.pieces:
+            tree = dataclasses.replace(tree, pieces=self._tree_pieces(tree))
         if self.detok is not None:
             pieces = [self.detok.push(t) for t in em[:lead]]
             if len(drafted_ids) > a:
@@ -272,11 +279,40 @@ class LaneRecorder:
             draft_probs=tuple(draft_probs[:k]) if draft_probs else None,
             target_probs=tuple(t_probs) if t_probs is not None else None,
             t_s=self.lane_t,
-            drafted_count=k if (k and not drafted_ids) else None,
+            drafted_count=k if (k and (not drafted_ids or tree is not None)) else None,
             why=why,
+            tree=tree,
         )
         self.acc.add(ev)
+        if tree is not None:
+            self.tree_steps += 1
         return ev
+
+    def _tree_pieces(self, tree: TreeStep) -> tuple[str, ...]:
+        """Each node's text after the sequence so far and its ancestors (display only)."""
+        d: Any = self.detok
+        if not all(hasattr(d, a) for a in ("ids", "prefix", "read")):  # another detokenizer: each node's line anew
+            out: list[str] = []
+            for i in range(len(tree.ids)):
+                line, j = [], i
+                while j >= 0:
+                    line.append(tree.ids[j])
+                    j = tree.parents[j]
+                out.append(d.peek(line[::-1])[-1])
+            return tuple(out)
+        # IncrementalDetokenizer: one push per node, from its parent's saved state (parents come first)
+        saved = (list(d.ids), d.prefix, d.read)
+        states = {-1: saved}
+        pieces: list[str] = []
+        try:
+            for i, (tok, par) in enumerate(zip(tree.ids, tree.parents, strict=True)):
+                ids, d.prefix, d.read = states[par]
+                d.ids = list(ids)
+                pieces.append(d.push(tok))
+                states[i] = (d.ids, d.prefix, d.read)
+        finally:
+            d.ids, d.prefix, d.read = saved
+        return tuple(pieces)
 
     # --- the end ------------------------------------------------------------------------------------
     def note(self, text: str) -> None:
@@ -324,6 +360,7 @@ class LaneRecorder:
         d["notes"] = tuple(self.notes)
         d["decode_k_hist"] = tuple(self.k_hist)
         d["costs"] = self.costs
+        d["tree_steps"] = self.tree_steps
         d.update(self._overrides)
         return LaneStats(**d)
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TargetKind",
+    "TreeStep",
     "StepEvent",
     "Progress",
     "LaneStarted",
@@ -24,6 +25,32 @@ __all__ = [
 ]
 
 TargetKind = Literal["correction", "bonus", "baseline", "reference"]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeStep:
+    """The token tree a step verified (tree drafting): node tokens, each node's parent (−1: the root, the last token
+    before the step), the accepted path (node indices from the root down) and each node's text."""
+
+    ids: tuple[int, ...]
+    parents: tuple[int, ...]
+    path: tuple[int, ...]
+    pieces: tuple[str, ...] = ()  # each node's text (after its ancestors), filled in by the recorder
+
+    @property
+    def depth(self) -> int:
+        """The deepest node's depth (the root's children are at depth 1)."""
+        d: list[int] = []
+        for p in self.parents:
+            d.append(1 if p < 0 else d[p] + 1)
+        return max(d, default=0)
+
+    def width(self, depth: int) -> int:
+        """Nodes at `depth` (1-based)."""
+        d: list[int] = []
+        for p in self.parents:
+            d.append(1 if p < 0 else d[p] + 1)
+        return sum(1 for x in d if x == depth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +80,9 @@ class StepEvent:
             k_t = len(drafted_ids).
         why: why the drafter drafted k_t tokens (k=auto: the predicted tokens and time per step with and
             without drafting), for tooltips; "" when the setup's k is fixed.
+        tree: the token tree verified this step (tree drafting), else None. Then k_t (`drafted_count`) is its node
+            count, accepted_count the accepted path's length, and drafted_ids the accepted path followed by the
+            draft's first choices below it (the rejected line shown inline).
     """
 
     lane_id: str
@@ -72,6 +102,7 @@ class StepEvent:
     t_s: float = 0.0
     drafted_count: int | None = None
     why: str = ""
+    tree: TreeStep | None = None
 
     @property
     def k(self) -> int:

@@ -43,7 +43,9 @@ class LaneStats:
     differs from the run's chosen reference lane (same prompt and repeat; e.g. PyTorch fp32 against llama.cpp),
     None when identical or not compared. `decode_k_hist[k]` counts the decode steps (after step 0) that drafted k
     tokens; `costs` holds the target's verify-cost curve and the draft's cost from their profiles (None: no
-    profile), from which the summary's theory is predicted.
+    profile), from which the summary's theory is predicted. `tree_steps` counts the steps that verified a token tree:
+    there `drafted` counts tree nodes, the per-position counts are per depth, and the chain formula (uniform theory)
+    does not apply.
     """
 
     setup: str
@@ -75,6 +77,7 @@ class LaneStats:
     reference_divergence: int | None = None
     decode_k_hist: tuple[int, ...] = ()
     costs: LaneCosts | None = None
+    tree_steps: int = 0
 
     @property
     def tokens_per_s(self) -> float:
@@ -175,10 +178,11 @@ class LaneAccumulator:
         self.t_draft_s += ev.t_draft_s
         self.t_verify_s += ev.t_verify_s
         self.t_wall_s += ev.t_wall_s
-        while len(self.per_position_drafted) < k:
+        positions = ev.tree.depth if ev.tree is not None else k  # a tree: per depth (drafted = the tree reached it)
+        while len(self.per_position_drafted) < positions:
             self.per_position_drafted.append(0)
             self.per_position_accepted.append(0)
-        for i in range(k):
+        for i in range(positions):
             self.per_position_drafted[i] += 1
             if i < ev.accepted_count:
                 self.per_position_accepted[i] += 1
@@ -286,7 +290,8 @@ def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
         if base_step and decode_drafted > 0:
             # model drafters: per forward; others (n-gram): per drafted token
             c = sum(r.t_draft_s for r in rs) / (fwd or decode_drafted) / base_step
-        uniform = uniform_theory(alpha, mean_k, c) if alpha is not None and c is not None else None
+        chain = not any(r.tree_steps for r in rs)  # Leviathan et al.'s formula is for chains of drafts
+        uniform = uniform_theory(alpha, mean_k, c) if alpha is not None and c is not None and chain else None
         theo = 1.0 if is_baseline(name) else predicted_theory(paired)
         td = sum(r.t_draft_s for r in rs)
         tv = sum(r.t_verify_s for r in rs)

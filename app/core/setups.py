@@ -63,6 +63,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "trtllm": "app.lanes.trtllm",
     "llamacpp-lookup": "app.lanes.llamacpp_lookup",
     "remote": "app.lanes.remote",
+    "tree": "app.lanes.tree",
 }
 
 
@@ -82,6 +83,7 @@ class Param:
         gui: the field's short label in the GUI editor (default: the name).
         auto: non-empty for numbers that also take the word `auto` (the value is then the string "auto"); says
             what auto does (e.g. k=auto: a cost-aware number of drafts per step).
+        metavar: how the grammar shows the value (e.g. `3x2x1` for a tree shape); default from the type.
     """
 
     name: str
@@ -96,6 +98,7 @@ class Param:
     unset: str = ""
     gui: str = ""
     auto: str = ""
+    metavar: str = ""
 
     @property
     def optional(self) -> bool:
@@ -106,6 +109,8 @@ class Param:
 
     def syntax(self) -> str:
         """`k=4`, `schedule=constant|heuristic`, `stop=P`: how the grammar shows it."""
+        if self.metavar:
+            return f"{self.name}={self.metavar}"
         if self.choices:
             return f"{self.name}={'|'.join(self.choices)}" if len(self.choices) <= 3 else f"{self.name}=D"
         if self.auto:
@@ -165,10 +170,11 @@ class EngineArg:
 
 
 def param(default: Any, *, help: str = "", min: float | None = None, max: float | None = None, max_exclusive: bool = False,
-          choices: Sequence[str] | None = None, always: bool = False, unset: str = "", gui: str = "", auto: str = "") -> Any:
+          choices: Sequence[str] | None = None, always: bool = False, unset: str = "", gui: str = "", auto: str = "",
+          metavar: str = "") -> Any:
     """Declare a dataclass field of a setup type as a `key=value` parameter (see :class:`Param`)."""
     meta = dict(help=help, min=min, max=max, max_exclusive=max_exclusive, choices=tuple(choices) if choices else None,
-                always=always, unset=unset, gui=gui, auto=auto)
+                always=always, unset=unset, gui=gui, auto=auto, metavar=metavar)
     return dataclasses.field(default=default, metadata={"specdeck_param": meta})
 
 
@@ -202,6 +208,12 @@ class SetupBase:
     def lane_engine(self) -> str | None:
         """The engine the lane runs instead of the target (role "lane"), else None."""
         return get_kind(self.prefix).lane_engine(self)
+
+    def problem(self) -> str:
+        """What is wrong with this combination of parameters ("" when nothing): a kind's own checks beyond each
+        parameter's type and range (a syntax of its own, parameters that exclude each other). Parsing refuses a
+        setup with a problem, naming it."""
+        return ""
 
 
 class SetupKind:
@@ -306,7 +318,11 @@ class SetupKind:
                 raise bad(f"parameter {key!r} given twice")
             seen.add(key)
             kw[key] = by_name[key].parse(value, bad)
-        return self.setup_cls(**kw, target=target)
+        setup = self.setup_cls(**kw, target=target)
+        why = setup.problem()
+        if why:
+            raise bad(why)
+        return setup
 
     # --- engines ------------------------------------------------------------------------------------
     def draft_engines(self, setup: Any) -> tuple[tuple[str, str | None], ...]:

@@ -149,6 +149,11 @@ class HFDecodeState:
         self.engine = engine
         self.cache = DynamicCache(config=engine.model.config)
         self._len = 0
+        # token-tree slots (forward_tree) since the last select/crop: slot -> parent slot, slot -> position id;
+        # slots below _base are a plain sequence (slot s at position s) that every tree token sees
+        self._parent: dict[int, int] = {}
+        self._pos: dict[int, int] = {}
+        self._base = 0
 
     @property
     def length(self) -> int:
@@ -158,6 +163,8 @@ class HFDecodeState:
     def forward(self, ids: list[int], last_only: bool = False, keep: int = 0) -> torch.Tensor:
         """Append `ids` to the cache; float32 logits [len(ids), vocab], or of the last `keep` positions
         ([1, vocab] when last_only)."""
+        if self._parent:  # after a tree: continue from its last token, seeing that token's ancestors only
+            return self.forward_tree(ids, list(range(self._len - 1, self._len - 1 + len(ids))), keep=1 if last_only else keep)
         e = self.engine
         x = torch.tensor([ids], dtype=torch.long, device=e.device)  # [1, n]
         pos = torch.arange(self._len, self._len + len(ids), device=e.device)
@@ -171,10 +178,93 @@ class HFDecodeState:
         self._len += len(ids)
         return out.logits[0].float()  # [n or 1, vocab]
 
+    @torch.inference_mode()
+    def forward_tree(self, ids: list[int], parents: list[int], keep: int = 0) -> torch.Tensor:
+        """Append a token tree to the cache in one forward; float32 logits [len(ids), vocab] (or of the last `keep`).
+
+        Args:
+            ids: the tokens, parents before children.
+            parents: the cache slot of each token's parent (slot = position in the cache; the new tokens take slots
+                length … length + n − 1), −1 for none. Each token attends to the plain sequence before the first
+                tree slot and to its own ancestors only, at position parent's position + 1.
+
+        Leading tokens that continue the plain sequence go in as such; call :meth:`select` to keep one path.
+        """
+        e, n, start = self.engine, len(ids), self._len
+        lead = 0
+        if not self._parent:
+            while lead < n and parents[lead] == start + lead - 1:
+                lead += 1
+            if lead == n:
+                return self.forward(ids, keep=keep)
+            # the plain part ends at the last token every later one descends from (a branch may leave it earlier)
+            lead = max(0, min(lead, min(parents[lead:]) - start + 1))
+            self._base = start + lead
+        base = self._base
+        for i in range(lead, n):
+            slot, par = start + i, parents[i]
+            if not -1 <= par < slot:
+                raise ValueError(f"tree token {i}: parent slot {par} is not before its slot {slot}")
+            self._parent[slot] = par
+            self._pos[slot] = self._pos.get(par, par) + 1
+        total = start + n
+        mask = torch.zeros(n, total, dtype=torch.bool)
+        mask[:, :base] = True
+        if lead:  # the plain-sequence tokens see the tokens before them
+            mask[:lead, base - lead : base] = torch.ones(lead, lead, dtype=torch.bool).tril()
+        for i in range(lead, n):
+            s = start + i
+            while s >= base:
+                mask[i, s] = True
+                s = self._parent[s]
+        pos = [start + i for i in range(lead)] + [self._pos[start + i] for i in range(lead, n)]
+        out = e.model(
+            input_ids=torch.tensor([ids], dtype=torch.long, device=e.device),
+            attention_mask=mask[None, None].to(e.device),
+            position_ids=torch.tensor([pos], dtype=torch.long, device=e.device),
+            past_key_values=self.cache,
+            use_cache=True,
+            cache_position=torch.arange(start, total, device=e.device),
+            logits_to_keep=keep,
+        )
+        self._len = total
+        return out.logits[0].float()
+
+    @torch.inference_mode()
+    def select(self, slots: list[int]) -> None:
+        """Keep only the cache slots `slots` (ascending), which must form a plain sequence again: the accepted path
+        of a tree (every slot's parent the slot kept before it). The slots before the first change stay in place."""
+        first = 0
+        while first < len(slots) and slots[first] == first:
+            first += 1
+        for j in range(min(first, self._base) if self._parent else first, len(slots)):
+            s = slots[j]
+            if not (0 <= s < self._len) or self._pos.get(s, s) != j or (j and self._parent.get(s, s - 1) != slots[j - 1]):
+                raise ValueError(f"slots {slots[first:]} after {first} are not one path of the cached tree")
+        if first < len(slots):
+            idx = torch.tensor(slots[first:], dtype=torch.long, device=self.engine.device)
+            for layer in self.cache.layers:
+                layer.keys[..., first : len(slots), :] = layer.keys.index_select(-2, idx)
+                layer.values[..., first : len(slots), :] = layer.values.index_select(-2, idx)
+        self._parent.clear()
+        self._pos.clear()
+        self._base = 0
+        n = len(slots)
+        if n < self._len:
+            self.cache.crop(n - self._len)
+        self._len = n
+
     def crop(self, length: int) -> None:
         """Drop cached tokens beyond `length` (transformers 5.x: crop takes a negative count)."""
         if length < 0 or length > self._len:
             raise ValueError(f"crop to {length} outside 0..{self._len}")
+        if self._parent:
+            for s in [s for s in self._parent if s >= length]:
+                del self._parent[s], self._pos[s]
+            if length <= self._base:
+                self._parent.clear()
+                self._pos.clear()
+                self._base = 0
         if length < self._len:
             self.cache.crop(length - self._len)
             self._len = length
@@ -194,6 +284,7 @@ class HFEngine(TokenizerMixin):
     """
 
     backend = "hf"
+    supports_tree = True  # HFDecodeState.forward_tree / select: token trees in one forward
 
     def __init__(
         self,

@@ -39,13 +39,15 @@ class DraftContext:
 class Proposal:
     """ids: drafted tokens; q: their draft distributions [k, V] when sampled from a model (else None);
     q_drafted: q(d_i) per token when known (tooltips); forwards: draft model forward passes spent;
-    why: the reason for this k (k=auto), for tooltips."""
+    why: the reason for this k (k=auto), for tooltips; parents: for a token tree, each token's parent index
+    (−1: the last token of the sequence; see app.speculative.tree), None for a chain."""
 
     ids: list[int]
     q: torch.Tensor | None = None
     q_drafted: list[float] | None = None
     forwards: int = 0
     why: str = ""
+    parents: list[int] | None = None
 
 
 class Drafter(Protocol):

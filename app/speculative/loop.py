@@ -23,10 +23,11 @@ import torch
 from app.core.accounting import LaneRecorder, drive
 from app.core.costs import LaneCosts
 from app.core.errors import SetupError
-from app.core.events import RunDone, StepEvent
+from app.core.events import RunDone, StepEvent, TreeStep
 from app.core.setups import Sampling
 from app.speculative.drafters import DraftContext, Drafter, NoDrafter
 from app.speculative.policy import StepTiming
+from app.speculative.tree import DraftTree, chain_parents, verify_tree_greedy, verify_tree_sampling
 from app.speculative.verifier import verify_greedy, verify_sampling, warp
 
 __all__ = ["LoopRunner", "run_lane", "make_generator"]
@@ -82,6 +83,14 @@ class LoopRunner:
             remaining = rec.remaining
             ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos, last)
             prop = drafter.propose(ctx)
+            if prop.parents is not None and prop.ids and prop.parents != chain_parents(len(prop.ids)):
+                ev = self._tree_step(rec, tstate, pending, prop, sampling, gen, t0, sync)
+                last = StepTiming(len(prop.ids) + 1, ev.t_verify_s, ev.t_draft_s, prop.forwards, ev.t_wall_s, len(ev.emitted_ids)) if ev.step > 0 else None
+                seq.extend(ev.emitted_ids)
+                if ev.emitted_ids:
+                    pending = [ev.emitted_ids[-1]]
+                yield ev
+                continue
             drafted = prop.ids[: max(0, remaining - 1)]
             k = len(drafted)
             sync()
@@ -128,6 +137,56 @@ class LoopRunner:
             if ev.emitted_ids:
                 pending = [ev.emitted_ids[-1]]
             yield ev
+
+    def _tree_step(self, rec: LaneRecorder, tstate, pending: list[int], prop, sampling: Sampling, gen, t0: float, sync) -> StepEvent:
+        """One step verifying a token tree: one target forward over every node (tree attention), the accepted path
+        kept in the cache, the rest dropped (app.speculative.tree)."""
+        tree = DraftTree(prop.ids, prop.parents, prop.q, prop.q_drafted)
+        n, lp = len(tree), len(pending)
+        sync()
+        t1 = rec.clock()
+        base_len = tstate.length
+        slot = base_len + lp  # the first node's cache slot; a node's parent is the root (the last pending token) or a node
+        parents = [base_len + i - 1 for i in range(lp)] + [slot - 1 if p < 0 else slot + p for p in tree.parents]
+        logits = tstate.forward_tree([*pending, *tree.ids], parents, keep=n + 1)  # [n + 1, V]
+        if sampling.greedy:
+            verdict = verify_tree_greedy(logits, tree)
+            probs = logits.softmax(-1)
+        else:
+            probs = warp(logits.cpu(), sampling.temperature, sampling.top_k, sampling.top_p)
+            verdict = verify_tree_sampling(probs, tree, gen)
+        path = list(verdict.path)
+        tstate.select([*range(slot), *(slot + j for j in path)])
+        sync()
+        t2 = rec.clock()
+        a = len(path)
+        self.drafter.feedback(n, a)
+        # shown inline: the accepted path, then the draft's first choice below where it ends (the rejected line)
+        line = path + tree.main_line(path[-1] if path else -1)
+        q = tree.q_drafted or []
+
+        def t_probs(a_final: int, target_id: int | None) -> list[float]:
+            rows = [0] + [j + 1 for j in line]  # row of each line node's parent: the root, then the line before it
+            out = [float(probs[rows[i], tree.ids[line[i]]]) for i in range(min(len(line), a_final + 1))]
+            if target_id is not None:
+                out.append(float(probs[rows[a_final], target_id]))
+            return out
+
+        return rec.step(
+            [*(tree.ids[j] for j in path), verdict.target_id],
+            accepted=a,
+            drafted_ids=[tree.ids[j] for j in line],
+            drafted_count=n,
+            kind="bonus" if verdict.is_bonus(tree) else "correction",
+            t_draft_s=t1 - t0,
+            t_verify_s=t2 - t1,
+            t_start=t0,
+            draft_forwards=prop.forwards,
+            draft_probs=[q[j] for j in line] if q else None,
+            target_probs=t_probs,
+            why=prop.why,
+            tree=TreeStep(tuple(tree.ids), tuple(tree.parents), tuple(path)),
+        )
 
 
 def run_lane(

@@ -17,7 +17,7 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QFont, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from app.core.events import StepEvent
+from app.core.events import StepEvent, TreeStep
 from app.core.metrics import LaneAccumulator
 from app.ui.theme import KIND_LABELS, KIND_PROPERTY, KINDS, LIGHT, Theme, token_format
 
@@ -75,6 +75,31 @@ def tokens_of_step(ev: StepEvent) -> list[Token]:
         kind = "plain" if k == 0 else _TARGET_KIND.get(ev.target_kind, "plain")
         out.append(Token(_clean(ev.pieces[n_acc], False), _K[kind], ev.step, nan, p[-1] if p else nan))
     return out
+
+
+def tree_html(tree: TreeStep, theme: Theme, max_nodes: int = 40) -> str:
+    """A step's token tree for a tooltip: one node per line, indented by depth, the accepted path in the accepted
+    colour and bold, the rest struck through in the rejected colour."""
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(tree.parents):
+        kids.setdefault(p, []).append(i)
+    on_path = set(tree.path)
+    rows: list[str] = []
+    stack = [(c, 1) for c in reversed(kids.get(-1, []))]
+    while stack and len(rows) < max_nodes:
+        node, depth = stack.pop()
+        text = tree.pieces[node] if node < len(tree.pieces) else f"#{tree.ids[node]}"
+        shown = _html(text.replace("\n", "↵").replace(" ", "␣")) or "∅"
+        if node in on_path:
+            cell = f"<b style='color:{theme.accepted}'>{shown} ✓</b>"
+        else:
+            cell = f"<s style='color:{theme.rejected}'>{shown}</s>"
+        rows.append("&nbsp;" * (2 * (depth - 1)) + "└&nbsp;" + cell)
+        stack.extend((c, depth + 1) for c in reversed(kids.get(node, [])))
+    more = len(tree.ids) - len(rows)
+    head = f"token tree: {len(tree.ids)} nodes, depth {tree.depth}, accepted {len(tree.path)}"
+    tail = f"<br>… {more} more nodes" if more > 0 else ""
+    return f"{head}<br><code>{'<br>'.join(rows)}</code>{tail}"
 
 
 def _fmt_num(x: float | None, spec: str = ".2f") -> str:
@@ -191,6 +216,8 @@ class LaneView(QFrame):
         self.state = "idle"
         self._tokens: list[Token] = []  # kept tokens (bounded by max_tokens)
         self._why: dict[int, str] = {}  # step -> why the drafter drafted what it did (k=auto)
+        self._trees: dict[int, TreeStep] = {}  # step -> the token tree it verified (tree lanes)
+        self._tree_nodes = 0  # nodes over every tree step (the header's mean)
         self._pending: list[tuple[list[Token], float]] = []  # (tokens, receipt time) not yet rendered
         self._starts: list[int] = []  # document position of each rendered token
         self._rendered: list[int] = []  # index into _tokens of each rendered token
@@ -272,6 +299,9 @@ class LaneView(QFrame):
         self.output_ids.extend(ev.emitted_ids)
         if ev.why:
             self._why[ev.step] = ev.why
+        if ev.tree is not None:
+            self._trees[ev.step] = ev.tree
+            self._tree_nodes += len(ev.tree.ids)
         self._pending.append((tokens_of_step(ev), time.monotonic() if t_recv is None else t_recv))
         self._dirty_header = True
         if self.state != "error" and (self.state != "running" or self.status.text() != "running"):
@@ -391,9 +421,16 @@ class LaneView(QFrame):
         tps = a.new_tokens / self.t_s if self.t_s > 0 else None
         if self.stats is not None:
             tps = self.stats.tokens_per_s
+        if self._trees:  # α per node means little for a tree: its nodes and how deep the accepted paths reach
+            trees = len(self._trees)
+            rates = [acc / n for acc, n in zip(a.per_position_accepted, a.per_position_drafted, strict=False) if n][:6]
+            depth = " ".join(f"{x:.2f}".lstrip("0") for x in rates)
+            drafting = [f"tree {self._tree_nodes / trees:.0f} nodes", f"by depth {depth}"]
+        else:
+            drafting = [f"α {_fmt_num(a.acceptance_rate)}"]
         parts = [
             f"{_fmt_num(tps, '.1f')} tok/s",
-            f"α {_fmt_num(a.acceptance_rate)}",
+            *drafting,
             f"τ {_fmt_num(a.mean_accepted_len)}",
             f"{a.new_tokens} tok / {a.steps} steps",
             f"{self.t_s:.1f} s",
@@ -429,6 +466,9 @@ class LaneView(QFrame):
         why = self._why.get(tok.step)
         if why:
             lines.append(f"<i>{_html(why)}</i>")
+        tree = self._trees.get(tok.step)
+        if tree is not None:
+            lines.append(tree_html(tree, self.theme))
         return "<br>".join(lines)
 
     def document_runs(self) -> list[tuple[str, str]]:
