@@ -575,6 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr.set_defaults(func=cmd_profile)
 
+    from app.train_drafter import add_parser as add_train_drafter
+
+    add_train_drafter(sub)
+
     sub.add_parser("telemetry", help="print GPU/CPU telemetry samples (NVML, psutil)", add_help=False)
     sub.add_parser("gui", help="open the desktop app (default)", add_help=False)
     return p

@@ -64,6 +64,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "llamacpp-lookup": "app.lanes.llamacpp_lookup",
     "remote": "app.lanes.remote",
     "tree": "app.lanes.tree",
+    "redrafter": "app.lanes.redrafter",
 }
 
 
@@ -158,8 +159,9 @@ class Param:
 class EngineArg:
     """The engine named right after the colon (`draft:<engine>`).
 
-    role: "draft" (a model that must share the target's tokenizer; the GUI offers compatible engines) or
-    "lane" (the lane runs this engine instead of the target, e.g. `trtllm:<engine>`).
+    role: "draft" (a model that must share the target's tokenizer; the GUI offers compatible engines),
+    "lane" (the lane runs this engine instead of the target, e.g. `trtllm:<engine>`) or "head" (not an engine:
+    a trained draft head the lane loads itself, e.g. `redrafter:<head>`).
     backends: the manifest backends it accepts (None: any).
     """
 
@@ -270,7 +272,8 @@ class SetupKind:
         """`draft:<engine>[,k=4][,…][@<target>]` or `ngram[:n=3,k=8][@<target>]` as the grammar shows it."""
         at = "[@<target>]" if self.takes_target else ""
         if self.engine is not None:
-            return f"{self.prefix}:<engine>" + "".join(f"[,{p.syntax()}]" for p in self.params) + at
+            arg = "<head>" if self.engine.role == "head" else "<engine>"
+            return f"{self.prefix}:{arg}" + "".join(f"[,{p.syntax()}]" for p in self.params) + at
         if self.params:
             return f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]" + at
         return self.prefix + at

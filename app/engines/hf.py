@@ -6,6 +6,7 @@ changes how often its drafts are accepted, never what the target emits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -154,6 +155,8 @@ class HFDecodeState:
         self._parent: dict[int, int] = {}
         self._pos: dict[int, int] = {}
         self._base = 0
+        self.capture_hidden = False  # keep the final normed hidden states of the returned rows in .hidden (ReDrafter)
+        self.hidden: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -168,15 +171,23 @@ class HFDecodeState:
         e = self.engine
         x = torch.tensor([ids], dtype=torch.long, device=e.device)  # [1, n]
         pos = torch.arange(self._len, self._len + len(ids), device=e.device)
-        out = e.model(
-            input_ids=x,
-            past_key_values=self.cache,
-            use_cache=True,
-            cache_position=pos,
-            logits_to_keep=1 if last_only else keep,
-        )
+        keep = 1 if last_only else keep
+        with e.hidden_states(self.capture_hidden) as box:
+            out = e.model(
+                input_ids=x,
+                past_key_values=self.cache,
+                use_cache=True,
+                cache_position=pos,
+                logits_to_keep=keep,
+            )
+        self._keep_hidden(box, keep)
         self._len += len(ids)
         return out.logits[0].float()  # [n or 1, vocab]
+
+    def _keep_hidden(self, box: list, keep: int) -> None:
+        if self.capture_hidden:
+            h = box[-1][0]  # [n, H]
+            self.hidden = (h[-keep:] if keep else h).float()
 
     @torch.inference_mode()
     def forward_tree(self, ids: list[int], parents: list[int], keep: int = 0) -> torch.Tensor:
@@ -218,15 +229,17 @@ class HFDecodeState:
                 mask[i, s] = True
                 s = self._parent[s]
         pos = [start + i for i in range(lead)] + [self._pos[start + i] for i in range(lead, n)]
-        out = e.model(
-            input_ids=torch.tensor([ids], dtype=torch.long, device=e.device),
-            attention_mask=mask[None, None].to(e.device),
-            position_ids=torch.tensor([pos], dtype=torch.long, device=e.device),
-            past_key_values=self.cache,
-            use_cache=True,
-            cache_position=torch.arange(start, total, device=e.device),
-            logits_to_keep=keep,
-        )
+        with e.hidden_states(self.capture_hidden) as box:
+            out = e.model(
+                input_ids=torch.tensor([ids], dtype=torch.long, device=e.device),
+                attention_mask=mask[None, None].to(e.device),
+                position_ids=torch.tensor([pos], dtype=torch.long, device=e.device),
+                past_key_values=self.cache,
+                use_cache=True,
+                cache_position=torch.arange(start, total, device=e.device),
+                logits_to_keep=keep,
+            )
+        self._keep_hidden(box, keep)
         self._len = total
         return out.logits[0].float()
 
@@ -344,6 +357,7 @@ class HFEngine(TokenizerMixin):
 
             self.packed_linears = pack_linears(self.model)  # what int8 left in fp32 (or the whole model)
         self.load_s = time.perf_counter() - t0
+        self._final_norm = getattr(self.model.get_decoder(), "norm", None) if hasattr(self.model, "get_decoder") else None
         progress(f"load {self.name}", 1, 1, "")
         eos = self.model.generation_config.eos_token_id
         if eos is None:
@@ -355,6 +369,48 @@ class HFEngine(TokenizerMixin):
 
     def new_state(self) -> HFDecodeState:
         return HFDecodeState(self)
+
+    @property
+    def supports_hidden(self) -> bool:
+        """Decode states can return the final normed hidden states (the output layer's input): ReDrafter heads."""
+        return self._final_norm is not None
+
+    @property
+    def input_embeddings(self) -> torch.Tensor:
+        """The input embedding matrix [vocab, hidden] (ReDrafter heads embed their drafts with it)."""
+        return self.model.get_input_embeddings().weight
+
+    def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` of the output layer's weight, float32 [len(ids), hidden] (ReDrafter heads start from them).
+        The packed CPU layer keeps no plain weight: then the tied input embedding, or the weights file, gives them."""
+        w = getattr(self.model.get_output_embeddings(), "weight", None)
+        if isinstance(w, torch.Tensor):
+            return w[ids].float()
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            return self.input_embeddings[ids].float()
+        from safetensors import safe_open
+
+        for f in sorted(self.folder.glob("*.safetensors")):
+            with safe_open(str(f), "pt") as fh:
+                if "lm_head.weight" in fh.keys():
+                    return fh.get_slice("lm_head.weight")[:][ids].float()
+        raise EngineError(f"engine {self.name}: no lm_head.weight in {self.folder}", fix=_repair_hint(self.manifest))
+
+    @contextlib.contextmanager
+    def hidden_states(self, on: bool):
+        """Within the block, the final norm's outputs of every forward are appended to the yielded list (when `on`)."""
+        box: list = []
+        if not on:
+            yield box
+            return
+        if self._final_norm is None:
+            raise EngineError(f"engine {self.name}: its model has no final norm module to read hidden states from",
+                              fix="ReDrafter heads need a Llama/Qwen-style model (model.model.norm)")
+        handle = self._final_norm.register_forward_hook(lambda _m, _i, out: box.append(out))
+        try:
+            yield box
+        finally:
+            handle.remove()
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):

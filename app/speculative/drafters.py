@@ -23,6 +23,8 @@ class DraftContext:
         temperature, top_k, top_p: the run's sampling (drafters sample with the same warp).
         generator: the lane's random source.
         last: the previous decode step's measured times (None in steps 0 and 1), for cost-aware drafters.
+        hidden: for drafters that declare `wants_hidden = True` (ReDrafter), the target's final normed hidden state
+            that produced the last token of `ids`; None in step 0.
     """
 
     ids: list[int]
@@ -33,6 +35,7 @@ class DraftContext:
     generator: torch.Generator | None = None
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     last: StepTiming | None = None
+    hidden: Any = None  # drafters with `wants_hidden`: the target's final hidden state [H] at the last accepted position
 
 
 @dataclass

@@ -73,6 +73,13 @@ class LoopRunner:
         tstate = target.new_state()
         pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
         last: StepTiming | None = None  # the previous decode step's times (cost-aware drafters)
+        wants_hidden = bool(getattr(drafter, "wants_hidden", False))
+        hidden = None  # the target's hidden state that produced the last token (drafters that want it)
+        if wants_hidden:
+            if not getattr(target, "supports_hidden", False):
+                raise SetupError(f"{target.name} ({getattr(target, 'backend', '?')}) does not expose its hidden states, which this drafter needs",
+                                 fix="run ReDrafter lanes on an hf (PyTorch) target")
+            tstate.capture_hidden = True
         while not rec.done:
             if rec.steps > 0 and cancelled():
                 rec.stop("cancelled")
@@ -81,10 +88,12 @@ class LoopRunner:
             if rec.steps == 0:
                 drafter.start(list(prompt_ids))
             remaining = rec.remaining
-            ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos, last)
+            ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos, last, hidden)
             prop = drafter.propose(ctx)
             if prop.parents is not None and prop.ids and prop.parents != chain_parents(len(prop.ids)):
-                ev = self._tree_step(rec, tstate, pending, prop, sampling, gen, t0, sync)
+                ev, row = self._tree_step(rec, tstate, pending, prop, sampling, gen, t0, sync)
+                if wants_hidden:
+                    hidden = tstate.hidden[row]
                 last = StepTiming(len(prop.ids) + 1, ev.t_verify_s, ev.t_draft_s, prop.forwards, ev.t_wall_s, len(ev.emitted_ids)) if ev.step > 0 else None
                 seq.extend(ev.emitted_ids)
                 if ev.emitted_ids:
@@ -106,6 +115,8 @@ class LoopRunner:
                 verdict = verify_sampling(probs, q, drafted, gen)
             a = verdict.accepted
             tstate.crop(base_len + len(pending) + a)
+            if wants_hidden:
+                hidden = tstate.hidden[a]  # the row after the accepted drafts: it produced the target token
             sync()
             t2 = clock()
             drafter.feedback(k, a)
@@ -138,9 +149,10 @@ class LoopRunner:
                 pending = [ev.emitted_ids[-1]]
             yield ev
 
-    def _tree_step(self, rec: LaneRecorder, tstate, pending: list[int], prop, sampling: Sampling, gen, t0: float, sync) -> StepEvent:
+    def _tree_step(self, rec: LaneRecorder, tstate, pending: list[int], prop, sampling: Sampling, gen, t0: float, sync) -> tuple[StepEvent, int]:
         """One step verifying a token tree: one target forward over every node (tree attention), the accepted path
-        kept in the cache, the rest dropped (app.speculative.tree)."""
+        kept in the cache, the rest dropped (app.speculative.tree). Returns the event and the logits row (0: the
+        root, 1 + node) that produced the target token."""
         tree = DraftTree(prop.ids, prop.parents, prop.q, prop.q_drafted)
         n, lp = len(tree), len(pending)
         sync()
@@ -172,7 +184,7 @@ class LoopRunner:
                 out.append(float(probs[rows[a_final], target_id]))
             return out
 
-        return rec.step(
+        ev = rec.step(
             [*(tree.ids[j] for j in path), verdict.target_id],
             accepted=a,
             drafted_ids=[tree.ids[j] for j in line],
@@ -187,6 +199,7 @@ class LoopRunner:
             why=prop.why,
             tree=TreeStep(tuple(tree.ids), tuple(tree.parents), tuple(path)),
         )
+        return ev, (path[-1] + 1 if path else 0)
 
 
 def run_lane(

@@ -77,6 +77,8 @@ def offered_engines(kind: SetupKind, statuses, target_status) -> list:
         return []
     if arg.role == "draft":
         return [s for s in statuses if target_status is not None and compatible(target_status, s)]
+    if arg.role == "head":  # a trained head, not an engine: typed (or picked from the grammar's example)
+        return []
     return [s for s in statuses if arg.backends is None or s.backend in arg.backends]
 
 

@@ -1,0 +1,48 @@
+"""`redrafter:<head>`: a ReDrafter head trained here drafts beams from the target's hidden state; one tree verifies them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.errors import SetupError
+from app.core.setups import SetupBase, SetupKind, engine_arg, param, register
+
+__all__ = ["ReDrafter", "KIND"]
+
+
+@dataclass(frozen=True)
+class ReDrafter(SetupBase):
+    """A recurrent draft head (Apple's ReDrafter) on the target's last hidden state: beam search `beams` wide and
+    `depth` deep, the beams merged into a prefix tree the target verifies in one forward (app.speculative.redrafter).
+    Train a head for a target with `python -m app train-drafter --target <engine>`; the head is named after the colon.
+    """
+
+    prefix = "redrafter"
+
+    engine: str = engine_arg("head", help="a head trained with `python -m app train-drafter` (its name, or its folder)",
+                             example="qwen2.5-coder-1.5b-instruct-redrafter")
+    beams: int = param(4, min=1, max=16, help="beams of the head's beam search (the tree's leaves, at most)")
+    depth: int = param(4, min=1, max=16, help="tokens each beam drafts (the tree's depth)")
+
+
+def build(setup: ReDrafter, env):
+    from app.speculative.loop import LoopRunner
+    from app.speculative.redrafter import ReDrafterDrafter, load_head
+
+    target = env.target()
+    head, m = load_head(setup.engine)
+    train = f"python -m app train-drafter --target {target.name} --kind redrafter"
+    if m.target != target.name:
+        raise SetupError(f"ReDrafter head {m.name} was trained for {m.target}, not for the target {target.name}",
+                         fix=f"run it with --target {m.target}, or train a head for {target.name}: {train}")
+    if not getattr(target, "supports_hidden", False) or not getattr(target, "supports_tree", False):
+        raise SetupError(f"{target.name} ({getattr(target, 'backend', '?')}) cannot give its hidden states or verify a tree",
+                         fix="ReDrafter lanes run on hf (PyTorch) targets")
+    embed = target.input_embeddings.detach()
+    if head.cfg.hidden != embed.shape[1] or head.cfg.target_vocab != target.vocab_size:
+        raise SetupError(f"ReDrafter head {m.name} does not fit {target.name} (hidden {head.cfg.hidden} vs {embed.shape[1]}, "
+                         f"vocab {head.cfg.target_vocab} vs {target.vocab_size})", fix=f"train it again: {train} --name {m.name} --fresh")
+    return LoopRunner(target, ReDrafterDrafter(head, embed, setup.beams, setup.depth), costs=env.lane_costs(target))
+
+
+KIND = register(SetupKind(ReDrafter, "ReDrafter head", "a trained recurrent head drafts beams from the target's hidden state; one tree verifies them", build))

@@ -1,0 +1,263 @@
+"""ReDrafter: a small recurrent head on the target's last hidden state drafts beams, merged into one token tree.
+
+After Cheng et al. 2024 ("Recurrent Drafter for Fast Speculative Decoding", Apple; in TensorRT-LLM). The head sees
+h, the target's final (normed) hidden state at the last accepted position — the one that produced the token just
+emitted — and the embeddings of the tokens drafted so far:
+
+    g_0 = 0,   g_j = SiLU(W e(x_j) + U g_{j−1} + b)          x_1: the token the target just emitted
+    z_j = MLP([g_j; h]) + g_j                                 (two linears, SiLU between)
+    logits_j = O · RMSNorm(z_j)                               O: a reduced vocabulary (the training labels' most
+                                                              frequent target tokens, EAGLE-3 style), initialised
+                                                              from the target's output rows, trained
+
+Beam search of width B over D steps gives B beams; beams sharing a prefix share nodes, so the target verifies one
+prefix tree (app.speculative.tree) and keeps the longest path it agrees with. Candidates are the head's top tokens
+(deterministic), verified as point masses: lossless for greedy and sampling alike.
+
+A head is trained for one target by `python -m app train-drafter` (app.train_drafter) and stored with a manifest in
+the cache (:func:`heads_dir`): `head.safetensors` (float32) and `head.json`. The target's embedding is not stored:
+it is borrowed from the loaded target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from app.core.errors import SetupError
+from app.speculative.drafters import DraftContext, Proposal
+from app.speculative.tree import DraftTree
+
+__all__ = ["HeadConfig", "ReDrafterHead", "HeadManifest", "heads_dir", "find_head", "list_heads", "load_head", "save_head",
+           "beam_tree", "ReDrafterDrafter"]
+
+
+def heads_dir() -> Path:
+    """Where trained heads live: $SPECDECK_HEADS, else $XDG_CACHE_HOME/specdeck/heads."""
+    if os.environ.get("SPECDECK_HEADS"):
+        return Path(os.environ["SPECDECK_HEADS"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specdeck" / "heads"
+
+
+@dataclass
+class HeadConfig:
+    hidden: int  # the target's hidden size
+    vocab: int  # rows of the reduced output layer
+    target_vocab: int  # the target's vocabulary (ids the reduced rows map to)
+
+
+@dataclass
+class HeadManifest:
+    """head.json: what the head is, for which target, and how it was trained."""
+
+    name: str
+    kind: str
+    target: str  # the engine name it was trained for
+    target_weights: str  # the target's weights identity (the cache folder name: name and sha)
+    config: dict
+    training: dict = field(default_factory=dict)  # minutes, positions, data sources, held-out acceptance per depth
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, n: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class ReDrafterHead(nn.Module):
+    """The recurrent draft head (see the module's docstring). `vocab_ids[r]` is the target id of output row r."""
+
+    def __init__(self, cfg: HeadConfig) -> None:
+        super().__init__()
+        h = cfg.hidden
+        self.cfg = cfg
+        self.w = nn.Linear(h, h)
+        self.u = nn.Linear(h, h, bias=False)
+        self.mlp1 = nn.Linear(2 * h, h)
+        self.mlp2 = nn.Linear(h, h)
+        self.norm = _RMSNorm(h)
+        self.out = nn.Linear(h, cfg.vocab, bias=False)
+        self.register_buffer("vocab_ids", torch.zeros(cfg.vocab, dtype=torch.long))
+        nn.init.zeros_(self.mlp2.weight)
+        nn.init.zeros_(self.mlp2.bias)
+        nn.init.normal_(self.u.weight, std=0.02)
+
+    def step(self, g: torch.Tensor, e: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One recurrent step. g: [..., H] state, e: [..., H] embedding of the input token, h: [..., H] target hidden.
+        Returns (new state, logits over the reduced vocabulary [..., vocab])."""
+        g = nn.functional.silu(self.w(e) + self.u(g))
+        z = self.mlp2(nn.functional.silu(self.mlp1(torch.cat([g, h], -1)))) + g
+        return g, self.out(self.norm(z))
+
+
+def save_head(folder: Path, head: ReDrafterHead, manifest: HeadManifest) -> None:
+    """Write head.safetensors and head.json into `folder` (atomically: temporary files renamed)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "head.safetensors.tmp"
+    save_file({k: v.detach().contiguous() for k, v in head.state_dict().items()}, str(tmp))
+    os.replace(tmp, folder / "head.safetensors")
+    tmpj = folder / "head.json.tmp"
+    tmpj.write_text(manifest.to_json(), encoding="utf-8")
+    os.replace(tmpj, folder / "head.json")
+
+
+def list_heads() -> list[HeadManifest]:
+    """Every trained head in the cache (unreadable manifests skipped)."""
+    out = []
+    root = heads_dir()
+    for f in sorted(root.glob("*/head.json")) if root.is_dir() else []:
+        try:
+            out.append(HeadManifest(**json.loads(f.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def find_head(name: str) -> tuple[Path, HeadManifest]:
+    """The folder and manifest of the head `name` (a name in the cache, or a folder holding head.json).
+
+    Raises:
+        SetupError: no such head (naming the trained ones and the command that trains one), or a broken manifest.
+    """
+    folder = Path(name).expanduser()
+    if not (folder / "head.json").is_file():
+        folder = heads_dir() / name
+    f = folder / "head.json"
+    if not f.is_file():
+        have = ", ".join(m.name for m in list_heads()) or "none yet"
+        raise SetupError(f"no ReDrafter head named {name!r} in {heads_dir()} (trained: {have})",
+                         fix=f"train one: python -m app train-drafter --target <engine> --kind redrafter --name {name}")
+    try:
+        m = HeadManifest(**json.loads(f.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as e:
+        raise SetupError(f"ReDrafter head {name!r}: {f} is unreadable ({type(e).__name__}: {e})",
+                         fix=f"train it again: python -m app train-drafter --target <engine> --kind redrafter --name {name} --fresh") from None
+    return folder, m
+
+
+def load_head(name: str) -> tuple[ReDrafterHead, HeadManifest]:
+    from safetensors.torch import load_file
+
+    folder, m = find_head(name)
+    head = ReDrafterHead(HeadConfig(**m.config))
+    try:
+        head.load_state_dict(load_file(str(folder / "head.safetensors")))
+    except Exception as e:
+        raise SetupError(f"ReDrafter head {m.name}: cannot load {folder / 'head.safetensors'} ({type(e).__name__}: {e})",
+                         fix=f"train it again: python -m app train-drafter --target {m.target} --kind redrafter --name {m.name} --fresh") from None
+    head.eval()
+    return head, m
+
+
+@torch.inference_mode()
+def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
+              eos_ids: frozenset[int] = frozenset()) -> DraftTree:
+    """Beam search with the head from (h, last token), `beams` wide and `depth` deep; the beams merged into a prefix
+    tree whose first children are the best beam's tokens.
+
+    Args:
+        embed: the target's input embedding matrix [V, H].
+        h: the target's hidden state [H] at the last accepted position.
+        last: the token the target emitted from h.
+    """
+    vid = head.vocab_ids
+    hh = h.reshape(1, -1).float()
+    g = torch.zeros(1, hh.shape[-1])
+    toks = torch.tensor([last])
+    score = torch.zeros(1)
+    seqs: list[list[int]] = [[]]  # active beams, best first
+    probs: list[list[float]] = [[]]  # the head's probability of each beam token
+    finished: list[tuple[float, list[int], list[float]]] = []  # beams that drafted an EOS
+    for _ in range(depth):
+        g, logits = head.step(g, embed[toks].float(), hh.expand(g.shape[0], -1))
+        logp = logits.float().log_softmax(-1)  # [b, vocab]
+        width = logp.shape[1]
+        top = torch.topk((score[:, None] + logp).reshape(-1), min(beams - len(finished), logp.numel()))
+        b_idx = (top.indices // width).tolist()
+        r_idx = top.indices % width
+        new_toks = vid[r_idx].tolist()
+        p_tok = logp[top.indices // width, r_idx].exp().tolist()
+        keep = []
+        for n, (b, t, pt) in enumerate(zip(b_idx, new_toks, p_tok, strict=True)):
+            beam, pr = seqs[b] + [int(t)], probs[b] + [pt]
+            if int(t) in eos_ids:
+                finished.append((float(top.values[n]), beam, pr))
+            else:
+                keep.append((n, b, beam, pr))
+        if not keep:
+            seqs, probs = [], []
+            break
+        sel = torch.tensor([n for n, *_ in keep])
+        seqs, probs = [x[2] for x in keep], [x[3] for x in keep]
+        score = top.values[sel]
+        g = g[[x[1] for x in keep]]
+        toks = torch.tensor([t for t in (s[-1] for s in seqs)])
+    ranked = sorted([(float(sc), s, p) for sc, s, p in zip(score.tolist() if seqs else [], seqs, probs, strict=False)] + finished,
+                    key=lambda x: -x[0])
+    # merge into a prefix tree; beams come best first, so first children follow the best beam
+    ids: list[int] = []
+    parents: list[int] = []
+    q: list[float] = []
+    node_of: dict[tuple[int, ...], int] = {}
+    for d in range(max((len(s) for _, s, _ in ranked), default=0)):
+        for _, s, pr in ranked:
+            if len(s) <= d:
+                continue
+            key = tuple(s[: d + 1])
+            if key in node_of:
+                continue
+            node_of[key] = len(ids)
+            ids.append(s[d])
+            parents.append(node_of[key[:-1]] if d else -1)
+            q.append(pr[d])
+    return DraftTree(ids, parents, None, q)
+
+
+class ReDrafterDrafter:
+    """Drafts with a trained ReDrafter head: beam search from the target's last hidden state, as a token tree.
+
+    Args:
+        head: the trained head; embed: the target's input embedding [V, H]; beams, depth: the beam search.
+    """
+
+    wants_hidden = True  # the loop passes the target's hidden state at the last accepted position (ctx.hidden)
+
+    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 4, depth: int = 4) -> None:
+        self.head = head
+        self.embed = embed
+        self.beams, self.depth = beams, depth
+        self.k = depth
+
+    @property
+    def shape_label(self) -> str:
+        return f"ReDrafter {self.beams} beams × {self.depth}"
+
+    def start(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        depth = min(self.depth, ctx.max_k)
+        h: Any = ctx.hidden
+        if depth <= 0 or h is None:  # step 0 (no hidden state before the prompt's forward) or no budget
+            return Proposal([])
+        tree = beam_tree(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids)
+        return Proposal(tree.ids, None, None, 0, parents=tree.parents)
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        pass

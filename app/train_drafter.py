@@ -1,0 +1,425 @@
+"""`python -m app train-drafter`: distil a ReDrafter head (app.speculative.redrafter) from a target, on this machine's
+CPU, within a time budget, resumably.
+
+Data (all local, nothing downloaded):
+
+* the target's own generations (greedy) for prompts made from the data below and for the built-in suite prompts
+  that no benchmark suite uses (specbench minus specbench-mini): the text the head will draft for;
+* local corpora: Python's standard library sources (always on the machine) and any `--corpus` files or folders,
+  read in windows of 256 tokens and fed to the target once (teacher forcing).
+
+Each position i gives the target's final normed hidden state h_i and its greedy next token y_i. The head learns,
+from h_i and the tokens that follow, to predict y_{i+1} … y_{i+D} (cross-entropy over a reduced vocabulary: the
+`--vocab` most frequent target tokens among the labels; rarer labels are skipped). Held out: the target's
+generations for the specbench-mini prompts (which contain the palindrome/rename and quick prompts), never trained
+on; the report gives, per depth d, the share of held-out positions where the head's greedy chain (and its beam tree)
+gets the target's next d tokens right.
+
+Everything lives in the head's folder (app.speculative.redrafter.heads_dir()/<name>): `work/features-*.pt` (the
+extracted data), `work/ckpt.pt` (head, optimiser, step, seconds trained), and the usable head (`head.safetensors`,
+`head.json`), saved every minute and at the end. Running the command again resumes: the data is reused and training
+continues for another `--minutes`; `--fresh` starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.core.errors import SetupError
+
+__all__ = ["add_parser", "cmd_train_drafter", "train", "evaluate"]
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 256  # tokens per corpus window
+BATCH = 8  # corpus windows per target forward
+GEN_TOKENS = 64  # tokens the target generates per prompt
+NOISE = 0.1  # relative Gaussian noise on the target's hidden states while training
+HELD_TOKENS = 640  # generated tokens in the held-out set (at least, time permitting)
+CODE_PROMPT = "Continue this Python code:\n\n{}"
+
+
+def add_parser(sub) -> None:
+    t = sub.add_parser("train-drafter", help="train a ReDrafter head for a target on this machine (CPU, minutes)")
+    t.add_argument("--target", required=True, help="the target engine the head drafts for (hf backend)")
+    t.add_argument("--kind", default="redrafter", choices=["redrafter"], help="the drafter to train")
+    t.add_argument("--name", help="the head's name (default: <target>-redrafter); lanes use redrafter:<name>")
+    t.add_argument("--minutes", type=float, default=10.0, help="time budget of this run: data, then training (default 10)")
+    t.add_argument("--corpus", action="append", default=[], metavar="PATH", help="more training text: a file or a folder (repeatable)")
+    t.add_argument("--vocab", type=int, default=16384, help="rows of the head's output layer (the most frequent target tokens)")
+    t.add_argument("--depth", type=int, default=4, help="tokens ahead the head is trained to draft")
+    t.add_argument("--data-share", type=float, default=0.5, help="the most of a fresh run's budget spent gathering data (0.1–0.9)")
+    t.add_argument("--fresh", action="store_true", help="discard the data and checkpoint of an earlier run")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--quiet", action="store_true", help="no progress lines")
+    t.set_defaults(func=cmd_train_drafter)
+
+
+class _Say:
+    """Progress lines on stderr, at most one every `every` seconds unless forced."""
+
+    def __init__(self, quiet: bool, every: float = 5.0) -> None:
+        self.quiet, self.every, self.t = quiet, every, 0.0
+
+    def __call__(self, text: str, force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if force or now - self.t >= self.every:
+            self.t = now
+            print(text, file=sys.stderr, flush=True)
+
+
+# --- data ---------------------------------------------------------------------------------------------------------
+def _suite_prompts(name: str) -> list[str]:
+    f = ROOT / "resources" / "suites" / f"{name}.jsonl"
+    return [json.loads(line)["prompt"] for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _corpus_files(extra: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in extra:
+        path = Path(p).expanduser()
+        if path.is_dir():
+            files += sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in (".py", ".md", ".txt", ".rst", ".c", ".h", ".js", ".ts", ".rs", ".go", ".java"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise SetupError(f"--corpus {p}: no such file or folder", fix="give a text file or a folder of source files")
+    std = Path(sysconfig.get_paths()["stdlib"])
+    files += sorted(f for f in std.glob("*.py"))
+    return files
+
+
+def _read(f: Path) -> str:
+    try:
+        return f.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _code_prompts(files: list[Path], rng: random.Random, n: int) -> list[str]:
+    """Prompts made of the opening lines of functions in the corpus ("Continue this Python code: …")."""
+    out: list[str] = []
+    for f in rng.sample(files, min(len(files), 4 * n)):
+        lines = _read(f).splitlines()
+        starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("def ") and len(line) < 100]
+        if starts:
+            i = rng.choice(starts)
+            out.append(CODE_PROMPT.format("\n".join(lines[i : i + rng.randint(3, 10)])))
+        if len(out) >= n:
+            break
+    return out
+
+
+@torch.inference_mode()
+def _features(engine, seqs: list[list[int]]) -> list[dict]:
+    """Sequences of equal length through the target in one batch: ids, final normed hidden states (float16) and
+    greedy next tokens, per sequence."""
+    x = torch.tensor(seqs)
+    h = engine.model.get_decoder()(input_ids=x).last_hidden_state  # [B, T, H]
+    y = engine.model.get_output_embeddings()(h).argmax(-1)
+    return [{"ids": x[b].clone(), "h": h[b].to(torch.float16), "y": y[b]} for b in range(len(seqs))]
+
+
+@torch.inference_mode()
+def _generate(engine, prompt_ids: list[int], n: int) -> list[int]:
+    s = engine.new_state()
+    logits = s.forward(prompt_ids, last_only=True)[-1]
+    out: list[int] = []
+    for _ in range(n):
+        t = int(logits.argmax())
+        out.append(t)
+        if t in engine.eos_ids:
+            break
+        logits = s.forward([t], last_only=True)[-1]
+    return out
+
+
+def gather(engine, work: Path, deadline: float, corpus: list[str], seed: int, say: _Say) -> None:
+    """Extract features into `work` until the deadline. First the held-out set: the target's generations for the
+    specbench-mini prompts (at least HELD_TOKENS generated tokens, or a fifth of the time); then training data, the
+    target's generations (at most a third of the remaining time: they decode token by token) in turn with corpus
+    windows (batched prefill, fast). Resumes from what `work/data.json` says is done."""
+    work.mkdir(parents=True, exist_ok=True)
+    state_f = work / "data.json"
+    state: dict[str, Any] = (json.loads(state_f.read_text()) if state_f.is_file()
+                             else {"done": [], "positions": 0, "heldout": 0, "chunks": 0, "generated_s": 0.0})
+    done = set(state["done"])
+    rng = random.Random(seed)
+    files = _corpus_files(corpus)
+    heldout = _suite_prompts("specbench-mini")
+    train_prompts = [p for p in _suite_prompts("specbench") if p not in set(heldout)] + _code_prompts(files, rng, 400)
+    rng.shuffle(files)
+    buf: list[dict] = []
+    t0 = time.monotonic()
+
+    def flush() -> None:
+        if buf:
+            torch.save(list(buf), work / f"features-{state['chunks']:04d}.pt")
+            state["chunks"] += 1
+            buf.clear()
+        state["done"] = sorted(done)
+        state_f.write_text(json.dumps(state))
+
+    def add(feats: list[dict], held: bool) -> None:
+        for f in feats:
+            f["heldout"] = held
+            buf.append(f)
+            state["positions"] += len(f["ids"])
+            state["heldout"] += len(f["ids"]) if held else 0
+        if sum(len(b["ids"]) for b in buf) >= 16384:
+            flush()
+
+    def progress(force: bool = False) -> None:
+        say(f"data: {state['positions']:,} positions ({state['heldout']:,} held out), {len(done)} sources, "
+            f"{time.monotonic() - t0:.0f} s", force)
+
+    def generate(key: str, prompt: str, held: bool) -> None:
+        t = time.monotonic()
+        p_ids = engine.encode_prompt(prompt)
+        ids = p_ids + _generate(engine, p_ids, GEN_TOKENS)
+        add(_features(engine, [ids]), held)
+        done.add(key)
+        state["generated_s"] += time.monotonic() - t
+        progress()
+
+    # the held-out set
+    span = max(1.0, deadline - t0)
+    held_gen = 0
+    for i, prompt in enumerate(heldout):
+        if held_gen >= HELD_TOKENS or time.monotonic() - t0 > span / 5 or time.monotonic() >= deadline:
+            break
+        if f"held:{i}" not in done:
+            generate(f"held:{i}", prompt, True)
+        held_gen += GEN_TOKENS
+    # training data: generations and corpus windows in turn, generations kept to a third of the time
+    windows: list[list[int]] = []
+    gen_i = 0
+    for f in files:
+        if time.monotonic() >= deadline:
+            break
+        key = f"file:{f}"
+        if key in done:
+            continue
+        ids = engine.tokenizer(_read(f), add_special_tokens=False)["input_ids"][: WINDOW * 8]
+        windows += [ids[j : j + WINDOW] for j in range(0, len(ids) - WINDOW + 1, WINDOW)]
+        done.add(key)
+        while len(windows) >= BATCH and time.monotonic() < deadline:
+            add(_features(engine, windows[:BATCH]), False)
+            del windows[:BATCH]
+            progress()
+        spent = time.monotonic() - t0
+        while gen_i < len(train_prompts) and state["generated_s"] < spent / 3 and time.monotonic() < deadline:
+            if f"gen:{gen_i}" not in done:
+                generate(f"gen:{gen_i}", train_prompts[gen_i], False)
+            gen_i += 1
+    flush()
+    progress(force=True)
+
+
+def load_features(work: Path) -> tuple[list[dict], list[dict]]:
+    train: list[dict] = []
+    held: list[dict] = []
+    for f in sorted(work.glob("features-*.pt")):
+        for d in torch.load(f, weights_only=True):
+            (held if d["heldout"] else train).append(d)
+    return train, held
+
+
+# --- training -----------------------------------------------------------------------------------------------------
+def _choose_vocab(train: list[dict], n: int, target_vocab: int, eos: frozenset[int]) -> torch.Tensor:
+    counts = torch.zeros(target_vocab, dtype=torch.long)
+    for d in train:
+        counts += torch.bincount(d["y"], minlength=target_vocab)[:target_vocab]
+    for e in eos:
+        counts[e] += 1 << 40  # always draftable
+    n = min(n, target_vocab)
+    return torch.topk(counts, n).indices
+
+
+def _examples(data: list[dict], depth: int) -> list[tuple[int, int]]:
+    """(sequence, position) pairs with `depth` tokens after them."""
+    return [(s, i) for s, d in enumerate(data) for i in range(len(d["ids"]) - depth - 1)]
+
+
+def _batch(data, ex, embed, t2d, depth):
+    h = torch.stack([data[s]["h"][i] for s, i in ex]).float()  # [B, H]
+    x = torch.stack([data[s]["ids"][i + 1 : i + 1 + depth] for s, i in ex])  # [B, D]: the tokens that followed
+    y = torch.stack([data[s]["y"][i + 1 : i + 1 + depth] for s, i in ex])  # [B, D]: the target's next tokens
+    return h, embed[x].float(), t2d[y]
+
+
+def _loss(head, h, e, labels) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.zeros_like(h)
+    losses, hits = [], []
+    for j in range(e.shape[1]):
+        g, logits = head.step(g, e[:, j], h)
+        losses.append(torch.nn.functional.cross_entropy(logits, labels[:, j], ignore_index=-100))
+        hits.append((logits.argmax(-1) == labels[:, j]).float().mean())
+    return torch.stack(losses).mean(), torch.stack(hits)
+
+
+@torch.inference_mode()
+def evaluate(head, embed: torch.Tensor, held: list[dict], depth: int, beams: int = 4, limit: int = 1500) -> dict:
+    """Held-out acceptance per depth: the share of positions where the head's greedy chain (`chain`) or its beam tree
+    (`tree`, `beams` wide) gets the target's next d tokens right — what greedy verification would accept."""
+    from app.speculative.redrafter import beam_tree
+
+    ex = [(s, i) for s, d in enumerate(held) for i in range(len(d["ids"]) - depth - 1)]
+    random.Random(1).shuffle(ex)
+    ex = ex[:limit]
+    chain = [0] * depth
+    tree = [0] * depth
+    for s, i in ex:
+        d = held[s]
+        h = d["h"][i].float()
+        truth = d["y"][i + 1 : i + 1 + depth].tolist()  # the target's greedy continuation after token i + 1
+        # the data's tokens must be the target's own for that to be what it would emit (generations: always)
+        if d["ids"][i + 1 : i + 1 + depth].tolist() != d["y"][i : i + depth].tolist():
+            continue
+        t = beam_tree(head, embed, h, int(d["ids"][i + 1]), depth, 1)
+        for j in range(min(depth, len(t.ids))):
+            if t.ids[j] != truth[j]:
+                break
+            chain[j] += 1
+        bt = beam_tree(head, embed, h, int(d["ids"][i + 1]), depth, beams)
+        node, reach = -1, 0
+        for tok in truth:
+            nxt = next((c for c in bt.children(node) if bt.ids[c] == tok), None)
+            if nxt is None:
+                break
+            node, reach = nxt, reach + 1
+        for j in range(reach):
+            tree[j] += 1
+    n = max(1, sum(1 for s, i in ex if held[s]["ids"][i + 1 : i + 1 + depth].tolist() == held[s]["y"][i : i + depth].tolist()))
+    return {"positions": n, "chain": [c / n for c in chain], "tree": [c / n for c in tree], "beams": beams}
+
+
+def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, depth: int, data_share: float, fresh: bool,
+          seed: int, quiet: bool) -> dict:
+    """Gather data and train within `minutes`; save the head. Returns the head's training summary."""
+    from app.speculative.redrafter import HeadConfig, HeadManifest, ReDrafterHead, heads_dir, save_head
+
+    if not getattr(engine, "supports_hidden", False):
+        raise SetupError(f"{engine.name}: ReDrafter heads need the target's hidden states (hf backend)", fix="train for an hf engine")
+    say = _Say(quiet)
+    torch.manual_seed(seed)
+    folder = heads_dir() / name
+    work = folder / "work"
+    if fresh and folder.is_dir():
+        import shutil
+
+        shutil.rmtree(folder)
+    t_start = time.monotonic()
+    budget = minutes * 60.0
+    ckpt_f = work / "ckpt.pt"
+    ckpt = torch.load(ckpt_f, weights_only=False) if ckpt_f.is_file() else None
+    if ckpt is None:  # a fresh run gathers data first (an interrupted gathering continues)
+        gather(engine, work, t_start + budget * min(0.9, max(0.1, data_share)), corpus, seed, say)
+    train_data, held = load_features(work)
+    if not train_data:
+        raise SetupError(f"no training data was gathered for {name} in {minutes:g} minutes", fix="give more --minutes")
+    embed = engine.input_embeddings.detach()
+    H, V = embed.shape[1], engine.vocab_size
+    if ckpt is None:
+        vocab_ids = _choose_vocab(train_data, vocab, V, engine.eos_ids)
+        head = ReDrafterHead(HeadConfig(hidden=H, vocab=len(vocab_ids), target_vocab=V))
+        head.vocab_ids.copy_(vocab_ids)
+        with torch.no_grad():
+            head.out.weight.copy_(engine.output_rows(vocab_ids))
+        step, trained_s = 0, 0.0
+    else:
+        head = ReDrafterHead(HeadConfig(**ckpt["config"]))
+        head.load_state_dict(ckpt["head"])
+        step, trained_s = ckpt["step"], ckpt["trained_s"]
+    t2d = torch.full((V,), -100, dtype=torch.long)
+    t2d[head.vocab_ids] = torch.arange(len(head.vocab_ids))
+    head.out.weight.requires_grad_(False)  # the target's own output rows: the head learns to speak its hidden space
+    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01)
+    if ckpt is not None:
+        opt.load_state_dict(ckpt["opt"])
+    ex = _examples(train_data, depth)
+    rng = random.Random(seed + step)
+    n_pos = sum(len(d["ids"]) for d in train_data)
+    say(f"train: {len(ex):,} examples from {n_pos:,} positions, head {sum(p.numel() for p in head.parameters()) / 1e6:.1f} M parameters "
+        f"({len(head.vocab_ids):,}-token vocabulary), depth {depth}", force=True)
+    deadline = t_start + budget
+    t_run = time.monotonic()
+    last_save = t_run
+    run_s = max(1.0, deadline - t_run)
+    ema = None
+
+    def save(final: bool = False) -> dict:
+        summary = {"minutes_trained": (trained_s + time.monotonic() - t_run) / 60, "steps": step, "train_positions": n_pos,
+                   "heldout_positions": sum(len(d["ids"]) for d in held), "depth": depth, "vocab": len(head.vocab_ids),
+                   "parameters": sum(p.numel() for p in head.parameters()), "data": "target generations (specbench minus specbench-mini prompts, "
+                   "prompts from the corpus) + Python stdlib" + (" + " + ", ".join(corpus) if corpus else "")}
+        if final and held:
+            head.eval()
+            summary["heldout_acceptance"] = evaluate(head, embed, held, depth)
+            head.train()
+        m = HeadManifest(name=name, kind="redrafter", target=engine.name, target_weights=str(getattr(engine, "folder", "")),
+                         config=vars(head.cfg), training=summary)
+        save_head(folder, head, m)
+        torch.save({"config": vars(head.cfg), "head": head.state_dict(), "opt": opt.state_dict(), "step": step,
+                    "trained_s": trained_s + time.monotonic() - t_run}, work / "ckpt.tmp")
+        os.replace(work / "ckpt.tmp", ckpt_f)
+        return summary
+
+    head.train()
+    while time.monotonic() < deadline:
+        frac = (time.monotonic() - t_run) / run_s
+        for grp in opt.param_groups:  # warm up, then decay to a tenth over this run's budget
+            grp["lr"] = 1e-3 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+        h, e, labels = _batch(train_data, rng.sample(ex, min(128, len(ex))), embed, t2d, depth)
+        h = h + torch.randn_like(h) * NOISE * h.pow(2).mean(-1, keepdim=True).sqrt()  # EAGLE's feature noise: generalise
+        loss, hits = _loss(head, h, e, labels)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in head.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        step += 1
+        ema = hits if ema is None else 0.95 * ema + 0.05 * hits
+        say(f"train: step {step}, loss {loss.item():.3f}, top-1 by depth {' '.join(f'{x:.2f}' for x in ema.tolist())}, "
+            f"{deadline - time.monotonic():.0f} s left")
+        if time.monotonic() - last_save > 60:
+            save()
+            last_save = time.monotonic()
+    summary = save(final=True)
+    return summary
+
+
+def cmd_train_drafter(args) -> int:
+    from app.engines.hf import HFEngine
+    from app.engines.registry import resolve
+
+    m = resolve(args.target)
+    if m.backend != "hf":
+        raise SetupError(f"{args.target} is a {m.backend} engine: ReDrafter heads are trained on hf (PyTorch) targets",
+                         fix="pick the hf engine of the same model (python -m app engines)")
+    if not 0.1 <= args.data_share <= 0.9:
+        raise SetupError(f"--data-share must be in [0.1, 0.9], got {args.data_share}", fix="e.g. --data-share 0.5")
+    if args.minutes <= 0:
+        raise SetupError(f"--minutes must be > 0, got {args.minutes}", fix="e.g. --minutes 10")
+    name = args.name or f"{m.name}-redrafter"
+    engine = HFEngine(m)
+    t0 = time.monotonic()
+    s = train(engine, name, args.minutes, args.corpus, args.vocab, args.depth, args.data_share, args.fresh, args.seed, args.quiet)
+    acc = s.get("heldout_acceptance") or {}
+    print(f"head {name} for {engine.name}: {s['parameters'] / 1e6:.1f} M parameters, {s['steps']} steps, "
+          f"{s['minutes_trained']:.1f} min trained on {s['train_positions']:,} positions ({time.monotonic() - t0:.0f} s this run)")
+    if acc:
+        print(f"held-out acceptance by depth over {acc['positions']} positions: chain {' '.join(f'{x:.2f}' for x in acc['chain'])}; "
+              f"{acc['beams']}-beam tree {' '.join(f'{x:.2f}' for x in acc['tree'])}")
+    print(f"use it: --setup redrafter:{name}")
+    return 0

@@ -1,0 +1,176 @@
+"""ReDrafter heads: beam search merged into a prefix tree, the hidden state plumbing, lossless lanes, training on real
+SmolLM2 (slow), resuming, and the errors a user meets (no such head, a head for another target)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from app.core.errors import SetupError
+from app.core.events import StepEvent
+from app.core.setups import Sampling, parse_setup
+from app.engines.hf import HFEngine
+from app.engines.registry import resolve
+from app.speculative.loop import run_lane
+from app.speculative.redrafter import (
+    HeadConfig,
+    HeadManifest,
+    ReDrafterDrafter,
+    ReDrafterHead,
+    beam_tree,
+    find_head,
+    load_head,
+    save_head,
+)
+
+
+@pytest.fixture
+def heads(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDECK_HEADS", str(tmp_path / "heads"))
+    return tmp_path / "heads"
+
+
+def _random_head(hidden: int, vocab_ids: torch.Tensor, target_vocab: int, seed: int = 0) -> ReDrafterHead:
+    torch.manual_seed(seed)
+    head = ReDrafterHead(HeadConfig(hidden=hidden, vocab=len(vocab_ids), target_vocab=target_vocab))
+    head.vocab_ids.copy_(vocab_ids)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.5)
+    return head.eval()
+
+
+def test_beams_merge_into_a_prefix_tree():
+    head = _random_head(8, torch.tensor([3, 5, 7, 9, 11, 13]), 16)
+    embed = torch.randn(16, 8)
+    h = torch.randn(8)
+    # one beam is the greedy chain of the head
+    chain = beam_tree(head, embed, h, last=3, depth=5, beams=1)
+    assert chain.is_chain() and len(chain) == 5
+    g, tok, want = torch.zeros(1, 8), 3, []
+    for _ in range(5):
+        g, logits = head.step(g, embed[[tok]], h[None])
+        tok = int(head.vocab_ids[logits.argmax()])
+        want.append(tok)
+    assert chain.ids == want
+    tree = beam_tree(head, embed, h, last=3, depth=4, beams=4)
+    assert tree.depth == 4 and len(tree) <= 4 * 4
+    leaves = [i for i in range(len(tree)) if not tree.children(i)]
+    assert 1 <= len(leaves) <= 4
+    for node in range(len(tree)):  # siblings are distinct tokens: shared prefixes were merged
+        sib = [tree.ids[c] for c in tree.children(tree.parents[node])]
+        assert len(sib) == len(set(sib))
+    assert all(0 < p <= 1 for p in tree.q_drafted or [])
+    # an EOS ends a beam there
+    eos_tree = beam_tree(head, embed, h, last=3, depth=4, beams=1, eos_ids=frozenset({want[0]}))
+    assert eos_tree.ids == [want[0]]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_pair):
+    return HFEngine(resolve(str(tiny_pair[0])))
+
+
+def test_target_hidden_state_is_the_one_that_produced_the_token(tiny):
+    """The loop hands the drafter the target's final normed hidden state of the row that emitted the last token: the
+    output layer applied to it gives that token (greedy)."""
+    seen: list[tuple[torch.Tensor, int]] = []
+
+    class Spy(ReDrafterDrafter):
+        def propose(self, ctx):
+            if ctx.hidden is not None:
+                seen.append((ctx.hidden.clone(), ctx.ids[-1]))
+            return super().propose(ctx)
+
+    head = _random_head(64, torch.arange(0, 49152, 7), 49152)
+    ids = tiny.encode_prompt("def add(a, b):\n    return", chat=False)
+    list(run_lane(tiny, Spy(head, tiny.input_embeddings.detach(), beams=3, depth=3), ids, Sampling(max_new_tokens=24)))
+    assert len(seen) >= 3
+    lm = tiny.model.get_output_embeddings()
+    for h, last in seen:
+        assert int(lm(h[None]).argmax()) == last
+
+
+def test_redrafter_lanes_are_lossless(tiny):
+    """A head (random here) can only change speed: greedy output is the baseline's; sampling is reproducible."""
+    head = _random_head(64, torch.arange(0, 49152, 3), 49152, seed=1)
+    embed = tiny.input_embeddings.detach()
+    s = Sampling(max_new_tokens=40)
+    for prompt in ("The quick brown fox jumps over the lazy dog. The quick brown fox", "x = 0\nfor i in range(10):\n    x += i\n"):
+        ids = tiny.encode_prompt(prompt, chat=False)
+        base = list(run_lane(tiny, None, ids, s))[-1].stats
+        evs = list(run_lane(tiny, ReDrafterDrafter(head, embed, beams=4, depth=4), ids, s))
+        st = evs[-1].stats
+        assert st.output_ids == base.output_ids
+        steps = [e for e in evs if isinstance(e, StepEvent)]
+        assert steps[0].k == 0  # step 0 has no hidden state yet: nothing drafted
+        assert st.tree_steps > 0 and all(e.tree is not None for e in steps if e.k > 1)
+    samp = Sampling(temperature=0.9, seed=3, max_new_tokens=30)
+    a = list(run_lane(tiny, ReDrafterDrafter(head, embed), ids, samp))[-1].stats
+    b = list(run_lane(tiny, ReDrafterDrafter(head, embed), ids, samp))[-1].stats
+    assert a.output_ids == b.output_ids and a.new_tokens == 30
+
+
+def test_head_files_round_trip_and_errors_name_the_fix(heads, tiny):
+    head = _random_head(64, torch.arange(0, 49152, 5), 49152)
+    m = HeadManifest(name="h1", kind="redrafter", target="some-other-target", target_weights="", config=vars(head.cfg))
+    save_head(heads / "h1", head, m)
+    loaded, m2 = load_head("h1")
+    assert m2.target == "some-other-target"
+    torch.testing.assert_close(loaded.out.weight, head.out.weight)
+    with pytest.raises(SetupError, match="no ReDrafter head named 'nope'") as e:
+        find_head("nope")
+    assert "train-drafter" in e.value.fix and "h1" in str(e.value)
+    s = parse_setup("redrafter:h1,beams=3")
+    assert s.label == "redrafter:h1,beams=3" and s.draft_engines == () and s.lane_engine is None
+
+    class Env:
+        def target(self):
+            return tiny
+
+        def lane_costs(self, _t):
+            return None
+
+    from app.lanes.redrafter import build
+
+    with pytest.raises(SetupError, match="trained for some-other-target") as e:
+        build(s, Env())
+    assert f"--target {tiny.name}" in e.value.fix
+
+
+@pytest.mark.slow
+def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
+    """Real SmolLM2-135M: `train-drafter` for 1.2 minutes on this CPU gathers the target's generations and stdlib code,
+    trains a head that drafts better than chance on held-out prompts, saves it where `redrafter:<name>` finds it; a
+    bench lane with it matches the baseline; a second run resumes (same data, more steps)."""
+    env = {**os.environ, "SPECDECK_HEADS": str(tmp_path / "heads")}
+    cmd = [sys.executable, "-m", "app", "train-drafter", "--target", "smollm2-135m-instruct", "--name", "smol", "--minutes", "1.2",
+           "--vocab", "8192", "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "use it: --setup redrafter:smol" in r.stdout
+    m = json.loads((tmp_path / "heads" / "smol" / "head.json").read_text())
+    tr = m["training"]
+    acc = tr["heldout_acceptance"]
+    assert m["target"] == "smollm2-135m-instruct" and tr["train_positions"] > 5000 and tr["heldout_positions"] > 100
+    assert acc["positions"] >= 50
+    assert acc["chain"][0] > 0.1, acc  # a random 8192-way guess is right 0.01 % of the time
+    assert all(t >= c for t, c in zip(acc["tree"], acc["chain"], strict=True))  # 4 beams find at least the greedy chain
+    steps1 = tr["steps"]
+    r = subprocess.run([*cmd[:-3], "--minutes", "0.3", "--quiet"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tr2 = json.loads((tmp_path / "heads" / "smol" / "head.json").read_text())["training"]
+    assert tr2["steps"] > steps1 and tr2["train_positions"] == tr["train_positions"]  # resumed on the same data
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "-m", "app", "bench", "--target", "smollm2-135m-instruct", "--setup", "redrafter:smol",
+                        "--suite", "quick", "--max-new-tokens", "48", "--quiet", "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    red = [x for x in runs if x["setup"] == "redrafter:smol"]
+    assert red and all(x["identical_to_baseline"] for x in red)
+    assert sum(x["accepted"] for x in red) > 0 and all(x["tree_steps"] > 0 for x in red)
