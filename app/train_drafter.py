@@ -368,7 +368,7 @@ def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, dept
             head.eval()
             summary["heldout_acceptance"] = evaluate(head, embed, held, depth)
             head.train()
-        m = HeadManifest(name=name, kind="redrafter", target=engine.name, target_weights=str(getattr(engine, "folder", "")),
+        m = HeadManifest(name=name, kind="redrafter", target=engine.name, target_weights=Path(str(getattr(engine, "folder", ""))).name,
                          config=vars(head.cfg), training=summary)
         save_head(folder, head, m)
         torch.save({"config": vars(head.cfg), "head": head.state_dict(), "opt": opt.state_dict(), "step": step,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.core.errors import SetupError
 from app.core.setups import SetupBase, SetupKind, engine_arg, param, register
@@ -21,8 +22,8 @@ class ReDrafter(SetupBase):
 
     engine: str = engine_arg("head", help="a head trained with `python -m app train-drafter` (its name, or its folder)",
                              example="qwen2.5-coder-1.5b-instruct-redrafter")
-    beams: int = param(4, min=1, max=16, help="beams of the head's beam search (the tree's leaves, at most)")
-    depth: int = param(4, min=1, max=16, help="tokens each beam drafts (the tree's depth)")
+    beams: int = param(4, min=1, max=16, always=True, help="beams of the head's beam search (the tree's leaves, at most)")
+    depth: int = param(4, min=1, max=16, always=True, help="tokens each beam drafts (the tree's depth)")
 
 
 def build(setup: ReDrafter, env):
@@ -35,6 +36,10 @@ def build(setup: ReDrafter, env):
     if m.target != target.name:
         raise SetupError(f"ReDrafter head {m.name} was trained for {m.target}, not for the target {target.name}",
                          fix=f"run it with --target {m.target}, or train a head for {target.name}: {train}")
+    weights = Path(str(getattr(target, "folder", ""))).name
+    if m.target_weights and weights and Path(m.target_weights).name != weights:
+        raise SetupError(f"ReDrafter head {m.name} was trained on other weights of {target.name} ({Path(m.target_weights).name}, "
+                         f"loaded: {weights})", fix=f"train it again for these weights: {train} --name {m.name} --fresh")
     if not getattr(target, "supports_hidden", False) or not getattr(target, "supports_tree", False):
         raise SetupError(f"{target.name} ({getattr(target, 'backend', '?')}) cannot give its hidden states or verify a tree",
                          fix="ReDrafter lanes run on hf (PyTorch) targets")

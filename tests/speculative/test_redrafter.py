@@ -127,7 +127,7 @@ def test_head_files_round_trip_and_errors_name_the_fix(heads, tiny):
         find_head("nope")
     assert "train-drafter" in e.value.fix and "h1" in str(e.value)
     s = parse_setup("redrafter:h1,beams=3")
-    assert s.label == "redrafter:h1,beams=3" and s.draft_engines == () and s.lane_engine is None
+    assert s.label == "redrafter:h1,beams=3,depth=4" and s.draft_engines == () and s.lane_engine is None
 
     class Env:
         def target(self):
@@ -141,6 +141,14 @@ def test_head_files_round_trip_and_errors_name_the_fix(heads, tiny):
     with pytest.raises(SetupError, match="trained for some-other-target") as e:
         build(s, Env())
     assert f"--target {tiny.name}" in e.value.fix
+    # the right engine name, but a head trained on other weights under it
+    save_head(heads / "h2", head, HeadManifest(name="h2", kind="redrafter", target=tiny.name, target_weights="x-0123456789ab", config=vars(head.cfg)))
+    with pytest.raises(SetupError, match="trained on other weights") as e:
+        build(parse_setup("redrafter:h2"), Env())
+    assert "--fresh" in e.value.fix
+    # and on these weights it builds a lane
+    save_head(heads / "h3", head, HeadManifest(name="h3", kind="redrafter", target=tiny.name, target_weights=tiny.folder.name, config=vars(head.cfg)))
+    assert build(parse_setup("redrafter:h3"), Env()).drafter.beams == 4
 
 
 @pytest.mark.slow
@@ -171,6 +179,6 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
                         "--suite", "quick", "--max-new-tokens", "48", "--quiet", "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs = json.loads(out.read_text())["runs"]
-    red = [x for x in runs if x["setup"] == "redrafter:smol"]
+    red = [x for x in runs if x["setup"] == "redrafter:smol,beams=4,depth=4"]
     assert red and all(x["identical_to_baseline"] for x in red)
     assert sum(x["accepted"] for x in red) > 0 and all(x["tree_steps"] > 0 for x in red)

@@ -225,3 +225,44 @@ def test_counts_only_steps_keep_their_kinds():
     acc = LaneAccumulator()
     acc.add(ev)
     assert acc.drafted == 4 and acc.per_position_drafted == [1, 1, 1, 1] and acc.per_position_accepted == [1, 0, 0, 0]
+
+
+def test_tree_steps_show_their_tree_in_the_tooltip_and_depth_acceptance_in_the_header(qtbot):
+    """A tree lane's step (recorded by the real recorder, with text per node): the tooltip draws the tree with the
+    accepted path marked and the rejected branches struck; the header gives nodes per step and acceptance by depth."""
+    from PySide6.QtGui import QTextCursor
+
+    from app.core.accounting import LaneRecorder
+    from app.core.events import TreeStep
+    from app.ui.lane_view import LaneView
+    from app.ui.theme import LIGHT
+
+    class Detok:  # ids are letters: 0 → "a", 1 → "b", …
+        def push(self, t):
+            return chr(97 + t)
+
+        def peek(self, ids):
+            return [chr(97 + t) for t in ids]
+
+    rec = LaneRecorder("l", "tree:x", "p", 0, 50, [], Detok())
+    # root → b(0) → d(2) ; root → c(1) ; b → e(3): accepted b, d, then target f
+    tree = TreeStep((1, 2, 3, 4), (-1, -1, 0, 0), (0, 2))
+    ev0 = rec.step([0], t_draft_s=0, t_verify_s=0.01)
+    ev1 = rec.step([1, 3, 5], accepted=2, drafted_ids=[1, 3], drafted_count=4, kind="bonus", t_verify_s=0.01, tree=tree)
+    assert ev1.k == 4 and ev1.tree.pieces == ("b", "c", "d", "e") and ev1.rejected_pieces == ()
+    v = LaneView(0, "#0072B2", LIGHT)
+    qtbot.addWidget(v)
+    v.resize(500, 300)
+    v.show()
+    v.add_step(ev0)
+    v.add_step(ev1)
+    v.flush(header=True)
+    header = v.stats_label.text().replace("\xa0", " ")
+    assert "tree 4 nodes" in header and "by depth 1.00 1.00" in header and "α" not in header
+    text = v.text.toPlainText()
+    cur = QTextCursor(v.text.document())
+    cur.setPosition(text.index("b") + 1)
+    tip = v.tooltip_at(v.text.cursorRect(cur).center())
+    assert "token tree: 4 nodes, depth 2, accepted 2" in tip
+    assert "b ✓" in tip and "d ✓" in tip and "<s" in tip and ">c</s>" in tip and ">e</s>" in tip
+    assert tip.index("b ✓") < tip.index("d ✓") < tip.index(">e</s>") < tip.index(">c</s>")  # depth-first, first child first
