@@ -12,8 +12,10 @@ Each position i gives the target's final normed hidden state h_i and its greedy 
 from h_i and the tokens that follow, to predict y_{i+1} … y_{i+D} (cross-entropy over a reduced vocabulary: the
 `--vocab` most frequent target tokens among the labels; rarer labels are skipped). Held out: the target's
 generations for the specbench-mini prompts (which contain the palindrome/rename and quick prompts), never trained
-on; the report gives, per depth d, the share of held-out positions where the head's greedy chain (and its beam tree)
-gets the target's next d tokens right.
+on. Half of its sequences validate: every minute the head's loss on them is measured and the best head so far is
+the one saved (a head overfits a few ten thousand positions within minutes); the other half is the report: per
+depth d, the share of its positions where the head's greedy chain (and its beam tree) gets the target's next d
+tokens right.
 
 Everything lives in the head's folder (app.speculative.redrafter.heads_dir()/<name>): `work/features-*.pt` (the
 extracted data), `work/ckpt.pt` (head, optimiser, step, seconds trained), and the usable head (`head.safetensors`,
@@ -270,6 +272,24 @@ def _loss(head, h, e, labels) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.inference_mode()
+@torch.inference_mode()
+def validate(head, embed: torch.Tensor, val: list[dict], t2d: torch.Tensor, depth: int, limit: int = 2048) -> tuple[float, list[float]]:
+    """The head's loss and top-1 by depth on the validation sequences (no feature noise)."""
+    ex = _examples(val, depth)[:limit]
+    if not ex:
+        return float("nan"), []
+    was = head.training
+    head.eval()
+    tot, hits = 0.0, torch.zeros(depth)
+    for i in range(0, len(ex), 512):
+        part = ex[i : i + 512]
+        loss, h = _loss(head, *_batch(val, part, embed, t2d, depth))
+        tot += float(loss) * len(part)
+        hits += h * len(part)
+    head.train(was)
+    return tot / len(ex), (hits / len(ex)).tolist()
+
+
 def evaluate(head, embed: torch.Tensor, held: list[dict], depth: int, beams: int = 4, limit: int = 1500) -> dict:
     """Held-out acceptance per depth: the share of positions where the head's greedy chain (`chain`) or its beam tree
     (`tree`, `beams` wide) gets the target's next d tokens right — what greedy verification would accept."""
@@ -327,6 +347,7 @@ def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, dept
     if ckpt is None:  # a fresh run gathers data first (an interrupted gathering continues)
         gather(engine, work, t_start + budget * min(0.9, max(0.1, data_share)), corpus, seed, say)
     train_data, held = load_features(work)
+    val, test = (held[1::2], held[0::2]) if len(held) > 1 else (held, held)  # choose the head on one half, report the other
     if not train_data:
         raise SetupError(f"no training data was gathered for {name} in {minutes:g} minutes", fix="give more --minutes")
     embed = engine.input_embeddings.detach()
@@ -338,10 +359,12 @@ def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, dept
         with torch.no_grad():
             head.out.weight.copy_(engine.output_rows(vocab_ids))
         step, trained_s = 0, 0.0
+        best: dict[str, Any] = {"loss": math.inf, "step": 0, "state": None}
     else:
         head = ReDrafterHead(HeadConfig(**ckpt["config"]))
         head.load_state_dict(ckpt["head"])
         step, trained_s = ckpt["step"], ckpt["trained_s"]
+        best = ckpt.get("best") or {"loss": math.inf, "step": 0, "state": None}
     t2d = torch.full((V,), -100, dtype=torch.long)
     t2d[head.vocab_ids] = torch.arange(len(head.vocab_ids))
     head.out.weight.requires_grad_(False)  # the target's own output rows: the head learns to speak its hidden space
@@ -359,21 +382,34 @@ def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, dept
     run_s = max(1.0, deadline - t_run)
     ema = None
 
+    def check() -> None:  # validation: keep the best head so far
+        loss, top1 = validate(head, embed, val, t2d, depth)
+        if loss < best["loss"]:
+            best.update(loss=loss, step=step, state={k: v.detach().clone() for k, v in head.state_dict().items()})
+        say(f"validation at step {step}: loss {loss:.3f}, top-1 by depth {' '.join(f'{x:.2f}' for x in top1)} "
+            f"(best: step {best['step']}, loss {best['loss']:.3f})", force=True)
+
     def save(final: bool = False) -> dict:
+        check()
+        current = {k: v.detach().clone() for k, v in head.state_dict().items()}
         summary = {"minutes_trained": (trained_s + time.monotonic() - t_run) / 60, "steps": step, "train_positions": n_pos,
                    "heldout_positions": sum(len(d["ids"]) for d in held), "depth": depth, "vocab": len(head.vocab_ids),
                    "parameters": sum(p.numel() for p in head.parameters()), "data": "target generations (specbench minus specbench-mini prompts, "
-                   "prompts from the corpus) + Python stdlib" + (" + " + ", ".join(corpus) if corpus else "")}
-        if final and held:
+                   "prompts from the corpus) + Python stdlib" + (" + " + ", ".join(corpus) if corpus else ""),
+                   "best_step": best["step"], "validation_loss": best["loss"]}
+        torch.save({"config": vars(head.cfg), "head": current, "opt": opt.state_dict(), "step": step, "best": best,
+                    "trained_s": trained_s + time.monotonic() - t_run}, work / "ckpt.tmp")
+        os.replace(work / "ckpt.tmp", ckpt_f)
+        if best["state"] is not None:  # the usable head is the best one validated
+            head.load_state_dict(best["state"])
+        if final and test:
             head.eval()
-            summary["heldout_acceptance"] = evaluate(head, embed, held, depth)
-            head.train()
+            summary["heldout_acceptance"] = evaluate(head, embed, test, depth)
         m = HeadManifest(name=name, kind="redrafter", target=engine.name, target_weights=Path(str(getattr(engine, "folder", ""))).name,
                          config=vars(head.cfg), training=summary)
         save_head(folder, head, m)
-        torch.save({"config": vars(head.cfg), "head": head.state_dict(), "opt": opt.state_dict(), "step": step,
-                    "trained_s": trained_s + time.monotonic() - t_run}, work / "ckpt.tmp")
-        os.replace(work / "ckpt.tmp", ckpt_f)
+        head.load_state_dict(current)
+        head.train()
         return summary
 
     head.train()
@@ -416,7 +452,8 @@ def cmd_train_drafter(args) -> int:
     t0 = time.monotonic()
     s = train(engine, name, args.minutes, args.corpus, args.vocab, args.depth, args.data_share, args.fresh, args.seed, args.quiet)
     acc = s.get("heldout_acceptance") or {}
-    print(f"head {name} for {engine.name}: {s['parameters'] / 1e6:.1f} M parameters, {s['steps']} steps, "
+    print(f"head {name} for {engine.name}: {s['parameters'] / 1e6:.1f} M parameters, {s['steps']} steps (kept: step {s['best_step']}, "
+          f"the lowest validation loss), "
           f"{s['minutes_trained']:.1f} min trained on {s['train_positions']:,} positions ({time.monotonic() - t0:.0f} s this run)")
     if acc:
         print(f"held-out acceptance by depth over {acc['positions']} positions: chain {' '.join(f'{x:.2f}' for x in acc['chain'])}; "

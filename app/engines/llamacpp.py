@@ -7,6 +7,11 @@ fp32 copy — driven step by step by SpecDeck's loop like any other engine.
 * `forward(ids, keep=...)` is one batched `llama_decode` over the new tokens that asks logits only for the
   positions the loop reads (the last `keep`), not for the prompt; `crop(n)` removes KV entries past n
   (`llama_memory_seq_rm`).
+* Token trees (`forward_tree`/`select`, tree and ReDrafter-shaped lanes): llama.cpp takes no attention mask, so
+  each branch gets a sequence id held by the KV cells of its whole root path (one unified KV cache per lane,
+  TREE_SEQS ids); a tree is one batch, the kept path stays in place and the other branches' cells are freed.
+  The kept path then lies among freed cells, which changes the order of later attention sums: with the f16 KV
+  cache a logit moves by up to ~0.8 (SmolLM2 Q4_1), one more numerics difference the reports show.
 * Tokenizer and chat template: llama.cpp's own, from the GGUF (:class:`GGUFTokenizer`), so the same text gives the
   ids llama.cpp itself would use; SpecDeck's cross-engine tokenizer check (vocab size + probe ids) applies, so a
   llama.cpp draft can serve a PyTorch target of the same family and the other way round.
@@ -17,7 +22,10 @@ fp32 copy — driven step by step by SpecDeck's loop like any other engine.
 API facts (llama-cpp-python 0.3.36, read from its installed sources; nothing copied): `llama_cpp.Llama(model_path,
 n_ctx, n_batch, n_threads, n_threads_batch, logits_all, verbose)`, `._model` / `._ctx` / `.context_params`,
 `llama_cpp._internals.LlamaContext(model=, params=, verbose=)` and `LlamaBatch(n_tokens=, embd=, n_seq_max=)`,
-`llama_cpp.llama_get_logits_ith`, `llama_cpp.llama_memory_seq_rm(llama_get_memory(ctx), seq, p0, p1)`,
+`llama_cpp.llama_get_logits_ith`, `llama_cpp.llama_memory_seq_rm(llama_get_memory(ctx), seq, p0, p1)` and
+`llama_memory_seq_cp(mem, src, dst, p0, p1)`, `llama_context_params.n_seq_max` / `.kv_unified`; from the vendored
+llama.cpp sources: the KQ mask follows each token's first sequence id (llama-kv-cache.cpp), and a batch's
+sequences must continue their cached positions, coupled ones from the same cached state (llama-batch.cpp),
 `Llama.tokenize(bytes, add_bos, special)` / `detokenize(ids, special=)`, `Llama.metadata` (GGUF key/values).
 """
 
@@ -35,10 +43,12 @@ from app.engines.base import TokenizerMixin
 from app.engines.cache import ProgressFn, prepare_gguf
 from app.engines.registry import EngineManifest
 
-__all__ = ["GGUFTokenizer", "LlamaCppDecodeState", "LlamaCppEngine", "load_gguf_tokenizer", "physical_cores", "INSTALL_HINT"]
+__all__ = ["GGUFTokenizer", "LlamaCppDecodeState", "LlamaCppEngine", "load_gguf_tokenizer", "physical_cores", "INSTALL_HINT",
+           "TREE_SEQS"]
 
 INSTALL_HINT = "pip install llama-cpp-python==0.3.36 (compiles llama.cpp with cmake: a few minutes; `make` does it)"
 _KEYS = {"n_ctx", "n_threads", "n_batch"}
+TREE_SEQS = 64  # sequence ids per lane context: the plain sequence and up to 63 branches of a token tree
 
 
 def physical_cores() -> int:
@@ -110,8 +120,14 @@ class LlamaCppDecodeState:
 
         self.engine = engine
         self.ctx = _internals.LlamaContext(model=engine.llm._model, params=engine.lane_params, verbose=False)
-        self._batch = _internals.LlamaBatch(n_tokens=engine.n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._batch = _internals.LlamaBatch(n_tokens=engine.n_batch, embd=0, n_seq_max=TREE_SEQS, verbose=False)
         self._len = 0
+        # a token tree since the last select/crop (forward_tree): slot -> (parent slot, position, first seq id);
+        # slots below _base are the plain sequence (seq 0, slot s at position s)
+        self._tree: dict[int, tuple[int, int, int]] = {}
+        self._base = 0
+        self._end: dict[int, int] = {}  # seq id -> the deepest slot of its line (a child there may take the same id)
+        self._owner: dict[int, int] = {}  # seq id -> the slot it was opened at (-1: seq 0, the plain sequence)
 
     def close(self) -> None:
         """Free the native context and batch now. llama-cpp-python's model keeps a reference to every context it
@@ -134,38 +150,152 @@ class LlamaCppDecodeState:
     def forward(self, ids: list[int], last_only: bool = False, keep: int = 0) -> torch.Tensor:
         """Append `ids` (batched, n_batch at a time); float32 logits [len(ids), vocab], or of the last `keep`
         positions ([1, vocab] when last_only). Only those positions' logits are computed by llama.cpp."""
-        import llama_cpp
-
-        e = self.engine
+        if self._tree:  # after a tree: continue from its last token, seeing that token's ancestors only
+            return self.forward_tree(ids, list(range(self._len - 1, self._len - 1 + len(ids))), keep=1 if last_only else keep)
         n = len(ids)
+        self._check_room(n)
+        return self._decode(ids, [self._len + i for i in range(n)], [(0,)] * n, 1 if last_only else keep)
+
+    def _check_room(self, n: int) -> None:
+        e = self.engine
         if n == 0:
             raise ValueError("forward of no tokens")
         if self._len + n > e.n_ctx:
             raise EngineError(f"engine {e.name}: {self._len + n} positions exceed its context of {e.n_ctx}",
                               fix=f"raise n_ctx in the [llamacpp] table of {e.manifest.where} or lower --max-new-tokens")
-        want = 1 if last_only else (keep if 0 < keep < n else n)
-        first_kept = n - want
+
+    def _decode(self, ids: list[int], pos: list[int], seqs: list[tuple[int, ...]], keep: int) -> torch.Tensor:
+        """llama_decode n_batch tokens at a time (token j at pos[j] in the sequences seqs[j]; its attention follows
+        the first); float32 logits of the last `keep` tokens (all when 0), computed for those only."""
+        import llama_cpp
+
+        e, n = self.engine, len(ids)
+        first_kept = n - (keep if 0 < keep < n else n)
         rows: list[np.ndarray] = []
         b = self._batch.batch
         for start in range(0, n, e.n_batch):
-            chunk = ids[start : start + e.n_batch]
+            chunk = range(start, min(n, start + e.n_batch))
             b.n_tokens = len(chunk)
-            for i, tok in enumerate(chunk):
-                b.token[i] = tok
-                b.pos[i] = self._len + start + i
-                b.n_seq_id[i] = 1
-                b.seq_id[i][0] = 0
-                b.logits[i] = start + i >= first_kept
+            for i, j in enumerate(chunk):
+                b.token[i] = ids[j]
+                b.pos[i] = pos[j]
+                b.n_seq_id[i] = len(seqs[j])
+                for k, sq in enumerate(seqs[j]):
+                    b.seq_id[i][k] = sq
+                b.logits[i] = j >= first_kept
             rc = llama_cpp.llama_decode(self.ctx.ctx, b)
             if rc != 0:
-                raise EngineError(f"engine {e.name}: llama_decode failed ({rc}) at position {self._len + start}",
+                raise EngineError(f"engine {e.name}: llama_decode failed ({rc}) at position {pos[start]}",
                                   fix="the context may be full: raise n_ctx in the manifest's [llamacpp] table")
-            for i in range(len(chunk)):
-                if start + i >= first_kept:
+            for i, j in enumerate(chunk):
+                if j >= first_kept:
                     ptr = llama_cpp.llama_get_logits_ith(self.ctx.ctx, i)
                     rows.append(np.ctypeslib.as_array(ptr, shape=(e.vocab_size,)).copy())
         self._len += n
         return torch.from_numpy(np.stack(rows))
+
+    def forward_tree(self, ids: list[int], parents: list[int], keep: int = 0) -> torch.Tensor:
+        """Append a token tree in one batch; float32 logits [len(ids), vocab] (or of the last `keep`).
+
+        Args:
+            ids: the tokens, parents before children.
+            parents: the cache slot of each token's parent (the new tokens take slots length … length + n − 1):
+                the plain sequence's last token, or a tree token since the last :meth:`select`.
+
+        llama.cpp takes no attention mask; it builds one from sequence ids: a token sees the KV cells that hold
+        its first sequence id, at positions up to its own. So each branch of the tree gets an id of its own, held
+        by every token on the path to it: a child that continues its parent's line keeps the parent's id, a
+        further child opens a new id, which is copied onto its cached ancestors' cells (llama_memory_seq_cp, no
+        recompute) and added to its ancestors' ids in this batch. Needs the unified KV cache the engine's lane
+        contexts are made with; at most TREE_SEQS − 1 branches per tree.
+        """
+        import llama_cpp
+
+        n, start = len(ids), self._len
+        if len(parents) != n:
+            raise ValueError(f"{n} tree tokens but {len(parents)} parents")
+        self._check_room(n)
+        if not self._tree:
+            self._base, self._end, self._owner = start, {0: start - 1}, {0: -1}
+        extra: dict[int, list[int]] = {}  # in-batch slot -> the ids of further branches below it
+        copies: list[tuple[int, int, int]] = []  # (from seq, to seq, up to position) onto cached ancestors
+        try:
+            for i, par in enumerate(parents):
+                slot = start + i
+                if not self._base - 1 <= par < slot:
+                    raise ValueError(f"tree token {i}: parent slot {par} is neither the plain sequence's last token "
+                                     f"({self._base - 1}) nor a tree token before slot {slot}")
+                ppos, pseq = (self._tree[par][1], self._tree[par][2]) if par >= self._base else (par, 0)
+                if self._end.get(pseq) == par:
+                    seq = pseq  # the parent's line goes on
+                else:
+                    seq = self._open_seq(slot)
+                    a = par
+                    while a >= start:  # in this batch: the new id rides along with the ancestors' tokens
+                        extra.setdefault(a, []).append(seq)
+                        a = self._tree[a][0]
+                    copies.append((self._tree[a][2], seq, self._tree[a][1] + 1) if a >= self._base else (0, seq, a + 1))
+                self._end[seq] = slot
+                self._tree[slot] = (par, ppos + 1, seq)
+        except Exception:
+            for slot in range(start, start + n):
+                self._tree.pop(slot, None)
+            for seq in [q for q, at in self._owner.items() if at >= start]:
+                del self._owner[seq], self._end[seq]
+            self._end = {q: s for q, s in self._end.items() if s < start}
+            if not self._tree:
+                self._base = 0
+            raise
+        mem = llama_cpp.llama_get_memory(self.ctx.ctx)
+        for src, dst, upto in copies:
+            llama_cpp.llama_memory_seq_cp(mem, src, dst, 0, upto)
+        slots = range(start, start + n)
+        return self._decode(ids, [self._tree[s][1] for s in slots], [(self._tree[s][2], *extra.get(s, ())) for s in slots], keep)
+
+    def _open_seq(self, slot: int) -> int:
+        seq = next((q for q in range(1, TREE_SEQS) if q not in self._owner), None)
+        if seq is None:
+            raise EngineError(f"engine {self.engine.name}: a token tree of more than {TREE_SEQS - 1} branches",
+                              fix="use a smaller tree (fewer leaves) for llama.cpp lanes")
+        self._owner[seq] = slot
+        return seq
+
+    def select(self, slots: list[int]) -> None:
+        """Keep only the cache slots `slots` (ascending), which must form a plain sequence again: the plain
+        sequence's first tokens, then (optionally) one root path of the tree. The path's KV cells stay where they
+        are (seq 0 moves onto them); every other branch's cells are freed."""
+        import llama_cpp
+
+        n = len(slots)
+        plain = self._base if self._tree else self._len
+        first = 0
+        while first < n and first < plain and slots[first] == first:
+            first += 1
+        path = slots[first:]
+        ok = not path or (bool(self._tree) and first == self._base)
+        for j, s in enumerate(path):
+            node = self._tree.get(s)
+            ok = ok and node is not None and node[1] == first + j and node[0] == (path[j - 1] if j else first - 1)
+        if not ok:
+            raise ValueError(f"slots {path} after {first} are not one path of the cached tree")
+        mem = llama_cpp.llama_get_memory(self.ctx.ctx)
+        if path:
+            _, pos, seq = self._tree[path[-1]]
+            if seq != 0:  # seq 0 leaves the other branch and takes the kept path's cells
+                llama_cpp.llama_memory_seq_rm(mem, 0, self._base, -1)
+                llama_cpp.llama_memory_seq_cp(mem, seq, 0, self._base, pos + 1)
+            else:
+                llama_cpp.llama_memory_seq_rm(mem, 0, pos + 1, -1)
+        elif n < self._len:
+            llama_cpp.llama_memory_seq_rm(mem, 0, n, -1)
+        for seq in self._owner:
+            if seq:
+                llama_cpp.llama_memory_seq_rm(mem, seq, -1, -1)
+        self._tree.clear()
+        self._end.clear()
+        self._owner.clear()
+        self._base = 0
+        self._len = n
 
     def crop(self, length: int) -> None:
         """Remove KV entries at positions >= `length`."""
@@ -173,9 +303,21 @@ class LlamaCppDecodeState:
 
         if length < 0 or length > self._len:
             raise ValueError(f"crop to {length} outside 0..{self._len}")
-        if length < self._len:
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx.ctx), 0, length, -1)
-            self._len = length
+        mem = llama_cpp.llama_get_memory(self.ctx.ctx)
+        if self._tree and length <= self._base:
+            self.select(list(range(length)))
+            return
+        for slot in range(self._len - 1, length - 1, -1) if self._tree else ():  # tree tokens, children first
+            par, pos, seq = self._tree.pop(slot)
+            if self._owner.get(seq) == slot:  # the branch opened here goes entirely
+                llama_cpp.llama_memory_seq_rm(mem, seq, -1, -1)
+                del self._owner[seq], self._end[seq]
+            else:
+                llama_cpp.llama_memory_seq_rm(mem, seq, pos, -1)
+                self._end[seq] = par
+        if not self._tree and length < self._len:
+            llama_cpp.llama_memory_seq_rm(mem, 0, length, -1)
+        self._len = length
 
 
 class LlamaCppEngine(TokenizerMixin):
@@ -192,6 +334,7 @@ class LlamaCppEngine(TokenizerMixin):
     """
 
     backend = "llamacpp"
+    supports_tree = True  # LlamaCppDecodeState.forward_tree / select: token trees through sequence ids
 
     def __init__(self, manifest: EngineManifest, device: str | None = None, dtype: str | None = None,
                  progress: ProgressFn | None = None, tokenizer=None) -> None:
@@ -232,6 +375,10 @@ class LlamaCppEngine(TokenizerMixin):
             self.lane_params = llama_context_params.from_buffer_copy(self.llm.context_params)
             self.lane_params.n_ctx = n_ctx
             self.lane_params.n_batch = self.lane_params.n_ubatch = self.n_batch
+            # token trees (forward_tree) need several sequence ids over one KV cache of n_ctx cells; with a single
+            # sequence this is the same cache and the same batch split as before
+            self.lane_params.n_seq_max = TREE_SEQS
+            self.lane_params.kv_unified = True
         except Exception as e:
             raise EngineError(f"cannot load engine {self.name} from {self.gguf}: {type(e).__name__}: {e}",
                               fix=f"check the GGUF (python -m app engines) or reinstall its package: {' '.join(manifest.requires)}") from None

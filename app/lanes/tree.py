@@ -55,7 +55,7 @@ def build(setup: TreeDraft, env):
     for role, e in (("target", target), ("draft", draft)):
         if not getattr(e, "supports_tree", False):
             raise SetupError(f"{setup.label}: the {role} {e.name} ({getattr(e, 'backend', '?')}) cannot verify a token tree in one forward yet",
-                             fix="tree lanes run on hf (PyTorch) engines: pick an hf target and draft, or use draft:… for a chain")
+                             fix="tree lanes run on hf (PyTorch) and llamacpp engines: pick such a target and draft, or use draft:… for a chain")
     shape = parse_shape(setup.shape) if setup.shape else None
     return LoopRunner(target, TreeDrafter(draft, shape, setup.nodes, setup.depth, setup.branch), costs=env.lane_costs(target))
 

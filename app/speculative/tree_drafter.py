@@ -32,7 +32,7 @@ class TreeDrafter:
     """A draft model proposing a token tree each step.
 
     Args:
-        engine: the draft engine (its decode states need forward_tree/select: the hf backend).
+        engine: the draft engine (its decode states need forward_tree/select: the hf and llamacpp backends).
         shape: branch counts per depth (static tree), or None for a dynamic tree.
         nodes, depth, branch: the dynamic tree's node budget, depth and expansion width.
     """

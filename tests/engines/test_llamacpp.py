@@ -325,3 +325,148 @@ def test_dropped_decode_states_free_their_context(eng):
         del s
     grown = (proc.memory_info().rss - before) / 2**20
     assert grown < 40, f"{grown:.0f} MiB kept by 12 dropped states"
+
+
+# a token tree over the prompt's last token: parents as tree indices (-1: the root, i.e. that last token)
+TREE_TOKS = [100, 200, 300, 400, 500, 600]
+TREE_PARENTS = [-1, -1, 0, 0, 1, 2]  # 100 and 200 at the root; 300, 400 under 100; 500 under 200; 600 under 300
+
+
+@pytest.fixture
+def eng_f32kv(eng):
+    """The engine with lanes on an f32 KV cache. Where a token's KV cells sit (a tree's kept path lies among freed
+    cells; a branch's cells skip its siblings') changes the order of the attention sums; with llama.cpp's default
+    f16 cache that moves a logit by up to ~0.8 here (a numerics difference the reports show as a first
+    divergence), with f32 by less: a tighter check of the mask, the positions and the cache."""
+    from llama_cpp import llama_context_params
+
+    saved = llama_context_params.from_buffer_copy(eng.lane_params)
+    eng.lane_params.type_k = eng.lane_params.type_v = 0  # GGML_TYPE_F32
+    yield eng
+    eng.lane_params = saved
+
+
+def _plain(eng, chunks: list[tuple[list[int], int]]) -> torch.Tensor:
+    """Rows of a plain sequence fed in `chunks` of (tokens, batch size): each chunk is padded to its batch size (the
+    padding cropped after: causal, it changes no earlier row) so every row comes from the same kind of batch as
+    the tree's. Returns the rows of the last chunk's tokens."""
+    s = eng.new_state()
+    out = None
+    for toks, size in chunks:
+        n = s.length
+        out = s.forward(toks + [1] * (size - len(toks)))[: len(toks)]
+        s.crop(n + len(toks))
+    return out
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same logits up to llama.cpp's numerics: activations are quantised to 8 bits per row before each matmul of
+    the Q4_1 weights, so an f32 rounding difference in the attention sum (cells in another order) can flip a
+    rounding step and move a logit by ~0.2 here; attending to a wrong token moves it by ~10."""
+    return float((a - b).abs().max()) < 1.0
+
+
+def test_token_trees_through_sequence_ids(eng_f32kv):
+    """llama.cpp takes no attention mask, so a tree goes in as sequence ids (one per branch, copied onto the shared
+    ancestors' KV cells): every node's logits are those of a plain forward along its own root path (up to
+    numerics, see _close; in one batch as the loop verifies or level by level as a tree drafter grows it), not
+    those of a sibling's path; select keeps one path, which goes on like a plain sequence; crop inside a tree
+    drops whole branches; bad trees are refused and leave the state as it was."""
+    from app.engines.llamacpp import TREE_SEQS
+
+    eng = eng_f32kv
+    ids = eng.encode_prompt(LONG)
+    pre, last = ids[:-1], ids[-1]
+    L, n = len(pre), len(TREE_TOKS) + 1
+    s = eng.new_state()
+    s.forward(pre, last_only=True)
+    out = s.forward_tree([last, *TREE_TOKS], [L - 1, *(L + 1 + p for p in TREE_PARENTS)])  # the loop's verify batch
+    assert out.shape == (n, 49152) and s.length == L + n
+
+    def path(i):  # tokens from `last` down to tree token i
+        p = []
+        while i >= 0:
+            p.append(TREE_TOKS[i])
+            i = TREE_PARENTS[i]
+        return [last, *p[::-1]]
+
+    assert torch.equal(out[0], _plain(eng, [(pre, len(pre)), ([last], n)])[0])
+    for i in range(len(TREE_TOKS)):
+        assert _close(out[1 + i], _plain(eng, [(pre, len(pre)), (path(i), n)])[-1]), i
+    assert not _close(out[3], _plain(eng, [(pre, len(pre)), ([last, 200, 300], n)])[-1])  # a sibling's path: ~10 off
+    # keep last -> 200 -> 500 (a branch with a sequence id of its own), then go on as a plain sequence
+    s.select([*range(L), L, L + 2, L + 5])
+    assert s.length == L + 3
+    assert _close(s.forward([7, 8, 9]), _plain(eng, [(pre, len(pre)), ([last, 200, 500], n), ([7, 8, 9], 3)]))
+    t = eng.new_state()
+    t.forward(pre, last_only=True)
+    t.forward_tree([100, 200, 300], [L - 1, L - 1, L])
+    with pytest.raises(ValueError, match="not one path"):
+        t.select([*range(L), L + 1, L + 2])  # 300 is under 100, not 200
+    # level by level, as a tree drafter grows its tree; crop drops the newest nodes
+    d = eng.new_state()
+    d.forward(ids, last_only=True)
+    n0, P = len(ids), (ids, len(ids))
+    lv1 = d.forward_tree([11, 12, 13], [n0 - 1] * 3)
+    lv2 = d.forward_tree([21, 22, 23], [n0, n0 + 1, n0 + 1])
+    assert _close(lv1[2], _plain(eng, [P, ([13], 3)])[0])
+    assert _close(lv2[2], _plain(eng, [P, ([12], 3), ([23], 3)])[0])
+    d.crop(n0 + 4)  # drops 22 and 23 (22 opened a branch of its own)
+    lv3 = d.forward_tree([31], [n0 + 1])
+    assert _close(lv3[0], _plain(eng, [P, ([12], 3), ([31], 1)])[0])
+    d.select([*range(n0), n0 + 1, n0 + 4])
+    assert d.length == n0 + 2 and _close(d.forward([5]), _plain(eng, [P, ([12], 3), ([31], 1), ([5], 1)]))
+    d.crop(3)
+    assert d.length == 3
+    # refused: a parent outside the tree, too many branches
+    w = eng.new_state()
+    w.forward(pre, last_only=True)
+    with pytest.raises(ValueError, match="parent slot"):
+        w.forward_tree([1, 2], [L - 2, L])
+    with pytest.raises(EngineError, match="smaller tree"):
+        w.forward_tree(list(range(TREE_SEQS + 1)), [L - 1] * (TREE_SEQS + 1))
+    assert w.length == L and _close(w.forward([last]), _plain(eng, [(pre, len(pre)), ([last], 1)]))
+
+
+def test_tree_lanes_on_llamacpp(eng, monkeypatch):
+    """`tree:` lanes with llama.cpp as target and draft: one target forward per step (a tree batch), the accepted
+    path is exactly what that forward's logits say (argmax down the tree), and the output equals the llama.cpp
+    baseline's up to the first divergence, which f16 KV rounding may cause and the stats report."""
+    from app.core.metrics import first_divergence
+    from app.speculative.tree_drafter import TreeDrafter
+
+    ids = eng.encode_prompt(LONG)
+    _, base = _lane(eng, None, ids, 40)
+    real = LlamaCppDecodeState.forward_tree
+    seen: list = []
+
+    def spy(self, toks, parents, keep=0):
+        out = real(self, toks, parents, keep=keep)
+        if keep:  # the loop's verify forward asks for the tree's rows (a drafter's level forwards do not)
+            seen.append((list(toks), list(parents), out))
+        return out
+
+    monkeypatch.setattr(LlamaCppDecodeState, "forward_tree", spy)
+    for drafter in (TreeDrafter(eng, [3, 2, 1]), TreeDrafter(eng, None, nodes=10, depth=4, branch=3)):
+        seen.clear()
+        steps, st = _lane(eng, drafter, ids, 40)
+        tree_steps = [e for e in steps if e.tree is not None]
+        assert st.tree_steps == len(tree_steps) == len(seen) > 0
+        for (_toks, _parents, logits), e in zip(seen, tree_steps, strict=True):
+            tree = e.tree
+            n = len(tree.ids)
+            rows = logits[-(n + 1):]  # the last pending token's row, then one per tree node
+            node, want = -1, []
+            while True:  # greedy down the tree by these logits
+                tok = int(rows[node + 1].argmax())
+                nxt = next((c for c in range(n) if tree.parents[c] == node and tree.ids[c] == tok), None)
+                if nxt is None:
+                    break
+                want.append(nxt)
+                node = nxt
+            assert list(tree.path) == want
+            if e.target_id is not None:
+                assert e.target_id == int(rows[node + 1].argmax())
+        d = first_divergence(list(base.output_ids), list(st.output_ids))
+        assert st.output_ids[: d if d is not None else None] == base.output_ids[: d if d is not None else None]
+        assert st.accepted / st.tree_steps > 1.5  # a self-draft: most of each main line is accepted

@@ -4,6 +4,7 @@ SmolLM2 (slow), resuming, and the errors a user meets (no such head, a head for 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -154,7 +155,7 @@ def test_head_files_round_trip_and_errors_name_the_fix(heads, tiny):
 @pytest.mark.slow
 def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     """Real SmolLM2-135M: `train-drafter` for 1.2 minutes on this CPU gathers the target's generations and stdlib code,
-    trains a head that drafts better than chance on held-out prompts, saves it where `redrafter:<name>` finds it; a
+    trains a head that drafts better than chance on held-out prompts, keeps the step with the lowest validation loss, saves it where `redrafter:<name>` finds it; a
     bench lane with it matches the baseline; a second run resumes (same data, more steps)."""
     env = {**os.environ, "SPECDECK_HEADS": str(tmp_path / "heads")}
     cmd = [sys.executable, "-m", "app", "train-drafter", "--target", "smollm2-135m-instruct", "--name", "smol", "--minutes", "1.2",
@@ -169,6 +170,7 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     assert acc["positions"] >= 50
     assert acc["chain"][0] > 0.1, acc  # a random 8192-way guess is right 0.01 % of the time
     assert all(t >= c for t, c in zip(acc["tree"], acc["chain"], strict=True))  # 4 beams find at least the greedy chain
+    assert 0 < tr["best_step"] <= tr["steps"] and math.isfinite(tr["validation_loss"])  # the kept head: validated
     steps1 = tr["steps"]
     r = subprocess.run([*cmd[:-3], "--minutes", "0.3", "--quiet"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
