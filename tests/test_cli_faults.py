@@ -117,10 +117,7 @@ def test_a_stopped_worker_is_reported_instead_of_hanging(tiny_pair):
     assert not psutil.pid_exists(w.pid) or w.status() == psutil.STATUS_ZOMBIE
 
 
-@pytest.mark.parametrize("pause_s", [3.0])
-def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
-    """SIGSTOP then SIGCONT during a lane: the pause lands in that lane's clock; the report flags it."""
-    target, _ = tiny_pair
+def _paused_bench(target, pause_s: float) -> dict:
     proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "2000", "--json", "-"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = _Stderr(proc)
@@ -137,7 +134,19 @@ def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err.text[-2000:]
-    doc = json.loads(stdout)
-    base = doc["runs"][0]
+    return json.loads(stdout)
+
+
+@pytest.mark.parametrize("pause_s", [3.0])
+def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
+    """SIGSTOP then SIGCONT during a lane: the pause lands in that lane's clock; the report flags it. A lane's clock
+    is the sum of its steps, so a pause that falls between two steps (while the step's event is sent: a large share
+    of a tiny model's lane) is not in it and rightly not flagged; then the test pauses a new run (at most 4 tries)."""
+    target, _ = tiny_pair
+    for _ in range(4):
+        doc = _paused_bench(target, pause_s)
+        base = doc["runs"][0]
+        if base["stall_s"] > 0:
+            break
     assert base["stall_s"] >= pause_s * 0.8
     assert any("stall" in m for m in doc["warnings"])
