@@ -492,7 +492,7 @@ def describe_setups() -> str:
     for k in kinds():
         out.append(f"{k.prefix}: {k.summary}")
         if k.engine is not None:
-            out.append(f"  {'<head>  ' if k.engine.role == 'head' else '<engine>'}  {k.engine.help} (role: {k.engine.role})")
+            out.append(f"  {k.engine.metavar:<8}  {k.engine.help} (role: {k.engine.role})")
         for p in k.params:
             rng = ""
             if p.choices:

@@ -170,6 +170,11 @@ class EngineArg:
     help: str = ""
     example: str = "qwen2.5-coder-0.5b-instruct"
 
+    @property
+    def metavar(self) -> str:
+        """How the grammar and `setups` name it: `<head>` for a trained head, else `<engine>`."""
+        return "<head>" if self.role == "head" else "<engine>"
+
 
 def param(default: Any, *, help: str = "", min: float | None = None, max: float | None = None, max_exclusive: bool = False,
           choices: Sequence[str] | None = None, always: bool = False, unset: str = "", gui: str = "", auto: str = "",
@@ -272,8 +277,7 @@ class SetupKind:
         """`draft:<engine>[,k=4][,…][@<target>]` or `ngram[:n=3,k=8][@<target>]` as the grammar shows it."""
         at = "[@<target>]" if self.takes_target else ""
         if self.engine is not None:
-            arg = "<head>" if self.engine.role == "head" else "<engine>"
-            return f"{self.prefix}:{arg}" + "".join(f"[,{p.syntax()}]" for p in self.params) + at
+            return f"{self.prefix}:{self.engine.metavar}" + "".join(f"[,{p.syntax()}]" for p in self.params) + at
         if self.params:
             return f"{self.prefix}[:{','.join(p.syntax() for p in self.params)}]" + at
         return self.prefix + at

@@ -217,6 +217,7 @@ class LlamaCppDecodeState:
         self._check_room(n)
         if not self._tree:
             self._base, self._end, self._owner = start, {0: start - 1}, {0: -1}
+        ends = dict(self._end)  # restored if the tree is refused
         extra: dict[int, list[int]] = {}  # in-batch slot -> the ids of further branches below it
         copies: list[tuple[int, int, int]] = []  # (from seq, to seq, up to position) onto cached ancestors
         try:
@@ -240,9 +241,8 @@ class LlamaCppDecodeState:
         except Exception:
             for slot in range(start, start + n):
                 self._tree.pop(slot, None)
-            for seq in [q for q, at in self._owner.items() if at >= start]:
-                del self._owner[seq], self._end[seq]
-            self._end = {q: s for q, s in self._end.items() if s < start}
+            self._owner = {q: at for q, at in self._owner.items() if at < start}
+            self._end = ends
             if not self._tree:
                 self._base = 0
             raise
