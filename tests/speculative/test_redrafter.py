@@ -184,3 +184,30 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     red = [x for x in runs if x["setup"] == "redrafter:smol,beams=4,depth=4"]
     assert red and all(x["identical_to_baseline"] for x in red)
     assert sum(x["accepted"] for x in red) > 0 and all(x["tree_steps"] > 0 for x in red)
+
+
+def test_batched_generations_are_the_targets_own_text():
+    """Real SmolLM2: train-drafter's batched, left-padded generation gives, for prompts of different lengths, exactly
+    the tokens token-by-token greedy decoding gives, and the features (hidden states, next tokens) a plain unpadded
+    forward gives; a generation stops at its EOS."""
+    import random
+
+    from app import train_drafter as td
+
+    e = HFEngine(resolve("smollm2-135m-instruct"))
+    prompts = td._task_prompts(td._corpus_files([]), random.Random(3), 40)
+    assert len(prompts) == 40 and len(set(prompts)) > 30
+    assert any(p.startswith("Rename the variable") for p in prompts) and any(p.startswith("Complete this Python function") for p in prompts)
+    ids = [e.encode_prompt(p) for p in prompts[:3]] + [e.encode_prompt("Say only: yes")]
+    assert len({len(x) for x in ids}) > 1  # left padding is exercised
+    feats = td._generate_batch(e, ids, 24)
+    for p, f in zip(ids, feats, strict=True):
+        gen = td._generate(e, p, 24)
+        full = p + gen
+        n = len(f["ids"])
+        assert f["ids"].tolist() == full[:n] and int(f["y"][-1]) == full[n]  # the last y: the token that ended it
+        assert n == len(full) - 1  # everything but the last generated token has its features
+        ref = td._features(e, [f["ids"].tolist()])[0]
+        assert torch.equal(ref["y"], f["y"])
+        assert (ref["h"].float() - f["h"].float()).abs().max() < 0.05
+    assert len(td._generate(e, ids[-1], 24)) < 24  # the short answer ended early, and the batch kept it short
