@@ -24,11 +24,15 @@ class ReDrafter(SetupBase):
                              example="qwen2.5-coder-1.5b-instruct-redrafter")
     beams: int = param(4, min=1, max=16, always=True, help="beams of the head's beam search (the tree's leaves, at most)")
     depth: int = param(4, min=1, max=16, always=True, help="tokens each beam drafts (the tree's depth)")
+    cstop: float = param(0.0, min=0.0, max=1.0, max_exclusive=True, gui="cstop",
+                         help="leave out tree nodes whose path probability under the head is below this (0: the whole beam tree)")
+    dtype: str = param("float32", choices=("float32", "int8"),
+                       help="the head's output layer precision on a CPU (int8: a quarter of the bytes each level reads; drafts only)")
 
 
 def build(setup: ReDrafter, env):
     from app.speculative.loop import LoopRunner
-    from app.speculative.redrafter import ReDrafterDrafter, load_head
+    from app.speculative.redrafter import ReDrafterDrafter, for_inference, load_head
 
     target = env.target()
     head, m = load_head(setup.engine)
@@ -47,7 +51,9 @@ def build(setup: ReDrafter, env):
     if head.cfg.hidden != embed.shape[1] or head.cfg.target_vocab != target.vocab_size:
         raise SetupError(f"ReDrafter head {m.name} does not fit {target.name} (hidden {head.cfg.hidden} vs {embed.shape[1]}, "
                          f"vocab {head.cfg.target_vocab} vs {target.vocab_size})", fix=f"train it again: {train} --name {m.name} --fresh")
-    return LoopRunner(target, ReDrafterDrafter(head, embed, setup.beams, setup.depth), costs=env.lane_costs(target))
+    if embed.device.type == "cpu":
+        head = for_inference(head, setup.dtype)
+    return LoopRunner(target, ReDrafterDrafter(head, embed, setup.beams, setup.depth, setup.cstop), costs=env.lane_costs(target))
 
 
 KIND = register(SetupKind(ReDrafter, "ReDrafter head", "a trained recurrent head drafts beams from the target's hidden state; one tree verifies them", build))

@@ -22,6 +22,7 @@ it is borrowed from the loaded target.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from app.core.errors import SetupError
 from app.speculative.drafters import DraftContext, Proposal
 from app.speculative.tree import DraftTree
 
-__all__ = ["HeadConfig", "ReDrafterHead", "HeadManifest", "heads_dir", "find_head", "list_heads", "load_head", "save_head",
+__all__ = ["HEAD_DTYPES", "for_inference", "HeadConfig", "ReDrafterHead", "HeadManifest", "heads_dir", "find_head", "list_heads", "load_head", "save_head",
            "beam_tree", "ReDrafterDrafter"]
 
 
@@ -165,9 +166,37 @@ def load_head(name: str) -> tuple[ReDrafterHead, HeadManifest]:
     return head, m
 
 
+HEAD_DTYPES = ("float32", "int8")
+
+
+def for_inference(head: ReDrafterHead, dtype: str = "float32") -> ReDrafterHead:
+    """The head made cheap to run on a CPU, in place. Drafting is memory-bound here: each level of the beam search
+    reads every weight once for a few rows (147 MB a level for a 1536-wide head over 16,384 tokens in float32, most
+    of it the output layer), so the linears are oneDNN-packed (app.engines.cpu_kernels: the same outputs up to
+    rounding, faster for few rows) and with `dtype="int8"` the output layer is int8 per channel (a quarter of the
+    bytes). The head's precision changes only what it drafts, never what the target emits.
+
+    Raises:
+        SetupError: int8 asked where this torch/CPU cannot run int8 linears.
+    """
+    from app.engines import cpu_kernels
+
+    if dtype not in HEAD_DTYPES:
+        raise SetupError(f"ReDrafter head precision {dtype!r} is not one of {', '.join(HEAD_DTYPES)}", fix="dtype=float32 or dtype=int8")
+    if dtype == "int8":
+        if not cpu_kernels.int8_available():
+            raise SetupError("int8 linears (fbgemm/x86) are not available in this torch build or on this CPU",
+                             fix="use dtype=float32 for the ReDrafter head")
+        with torch.no_grad():
+            head.out = cpu_kernels.int8_linear(head.out)  # type: ignore[assignment]
+    cpu_kernels.pack_linears(head)
+    head.eval()
+    return head
+
+
 @torch.inference_mode()
 def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
-              eos_ids: frozenset[int] = frozenset()) -> DraftTree:
+              eos_ids: frozenset[int] = frozenset(), cstop: float = 0.0) -> DraftTree:
     """Beam search with the head from (h, last token), `beams` wide and `depth` deep; the beams merged into a prefix
     tree whose first children are the best beam's tokens.
 
@@ -175,6 +204,9 @@ def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: i
         embed: the target's input embedding matrix [V, H].
         h: the target's hidden state [H] at the last accepted position.
         last: the token the target emitted from h.
+        cstop: nodes whose path probability under the head (the product of its token probabilities from the root:
+            its own estimate that the target accepts the whole path) is below this are left out, with their subtrees
+            — every node costs the target's forward some compute, and an unlikely one rarely pays it back.
     """
     vid = head.vocab_ids
     hh = h.reshape(1, -1).float()
@@ -222,6 +254,11 @@ def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: i
             key = tuple(s[: d + 1])
             if key in node_of:
                 continue
+            path_p = math.prod(pr[: d + 1])
+            if path_p < cstop:  # its subtree is less likely still: the beam ends here
+                continue
+            if d and key[:-1] not in node_of:
+                continue
             node_of[key] = len(ids)
             ids.append(s[d])
             parents.append(node_of[key[:-1]] if d else -1)
@@ -238,15 +275,15 @@ class ReDrafterDrafter:
 
     wants_hidden = True  # the loop passes the target's hidden state at the last accepted position (ctx.hidden)
 
-    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 4, depth: int = 4) -> None:
+    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 4, depth: int = 4, cstop: float = 0.0) -> None:
         self.head = head
         self.embed = embed
-        self.beams, self.depth = beams, depth
+        self.beams, self.depth, self.cstop = beams, depth, cstop
         self.k = depth
 
     @property
     def shape_label(self) -> str:
-        return f"ReDrafter {self.beams} beams × {self.depth}"
+        return f"ReDrafter {self.beams} beams × {self.depth}" + (f", path p ≥ {self.cstop:g}" if self.cstop else "")
 
     def start(self, prompt_ids: list[int]) -> None:
         pass
@@ -256,7 +293,7 @@ class ReDrafterDrafter:
         h: Any = ctx.hidden
         if depth <= 0 or h is None:  # step 0 (no hidden state before the prompt's forward) or no budget
             return Proposal([])
-        tree = beam_tree(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids)
+        tree = beam_tree(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids, self.cstop)
         return Proposal(tree.ids, None, None, 0, parents=tree.parents)
 
     def feedback(self, drafted: int, accepted: int) -> None:

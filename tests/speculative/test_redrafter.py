@@ -72,6 +72,59 @@ def test_beams_merge_into_a_prefix_tree():
     assert eos_tree.ids == [want[0]]
 
 
+def _paths(t) -> dict[tuple[int, ...], float]:
+    """Every node's root path (token ids) and its path probability under the head."""
+    out: dict[tuple[int, ...], float] = {}
+    keys: list[tuple[int, ...]] = []
+    for i, (tok, par) in enumerate(zip(t.ids, t.parents, strict=True)):
+        keys.append((keys[par] if par >= 0 else ()) + (tok,))
+        out[keys[i]] = (out[keys[par]] if par >= 0 else 1.0) * t.q_drafted[i]
+    return out
+
+
+def test_a_head_made_cheap_for_the_cpu_drafts_as_trained():
+    """for_inference packs the head's linears (oneDNN; same logits up to rounding, so the same beams) and with int8
+    quantizes its output layer (logits within a few per cent); an unknown precision is one clear error."""
+    import copy
+
+    from app.engines import cpu_kernels
+    from app.speculative.redrafter import for_inference
+
+    head = _random_head(64, torch.arange(0, 4000, 2), 4000, seed=4)
+    with torch.no_grad():
+        head.out.weight.mul_(0.05)
+    embed, h = torch.randn(4000, 64), torch.randn(64)
+    g, e = torch.zeros(3, 64), embed[[5, 9, 11]]
+    ref = head.step(g, e, h.expand(3, -1))[1]
+    packed = for_inference(copy.deepcopy(head))
+    assert torch.allclose(packed.step(g, e, h.expand(3, -1))[1], ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()))
+    assert beam_tree(packed, embed, h, 5, 4, 4).ids == beam_tree(head, embed, h, 5, 4, 4).ids
+    if cpu_kernels.int8_available():
+        q = for_inference(copy.deepcopy(head), "int8")
+        assert type(q.out) is not torch.nn.Linear
+        got = q.step(g, e, h.expand(3, -1))[1]
+        assert float((got - ref).norm() / ref.norm()) < 0.05
+    with pytest.raises(SetupError) as err:
+        for_inference(copy.deepcopy(head), "bfloat16")
+    assert "dtype=float32 or dtype=int8" in err.value.fix
+
+
+def test_cstop_keeps_the_nodes_the_head_thinks_likely():
+    """`cstop` leaves out exactly the nodes whose path probability is below it (the rest of the tree unchanged)."""
+    head = _random_head(8, torch.tensor([3, 5, 7, 9, 11, 13]), 16, seed=2)
+    with torch.no_grad():
+        head.out.weight.mul_(0.3)  # flatter probabilities: paths of many different likelihoods
+    embed, h = torch.randn(16, 8), torch.randn(8)
+    full = _paths(beam_tree(head, embed, h, last=3, depth=4, beams=4))
+    probs = sorted(full.values())
+    cut = probs[len(probs) // 2]
+    kept = _paths(beam_tree(head, embed, h, last=3, depth=4, beams=4, cstop=cut))
+    assert 0 < len(kept) < len(full)
+    assert set(kept) == {k for k, p in full.items() if p >= cut}
+    assert all(math.isclose(kept[k], full[k]) for k in kept)
+    assert beam_tree(head, embed, h, last=3, depth=4, beams=4, cstop=max(probs) + 1e-6).ids == []
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_pair):
     return HFEngine(resolve(str(tiny_pair[0])))
@@ -111,6 +164,12 @@ def test_redrafter_lanes_are_lossless(tiny):
         steps = [e for e in evs if isinstance(e, StepEvent)]
         assert steps[0].k == 0  # step 0 has no hidden state yet: nothing drafted
         assert st.tree_steps > 0 and all(e.tree is not None for e in steps if e.k > 1)
+        from app.speculative.redrafter import for_inference
+
+        fast = for_inference(_random_head(64, torch.arange(0, 49152, 3), 49152, seed=1), "int8")
+        pruned = list(run_lane(tiny, ReDrafterDrafter(fast, embed, beams=4, depth=4, cstop=0.05), ids, s))
+        assert pruned[-1].stats.output_ids == base.output_ids
+        assert pruned[-1].stats.drafted < st.drafted  # unlikely nodes left out
     samp = Sampling(temperature=0.9, seed=3, max_new_tokens=30)
     a = list(run_lane(tiny, ReDrafterDrafter(head, embed), ids, samp))[-1].stats
     b = list(run_lane(tiny, ReDrafterDrafter(head, embed), ids, samp))[-1].stats
