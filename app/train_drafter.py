@@ -3,8 +3,9 @@ CPU, within a time budget, resumably.
 
 Data (all local, nothing downloaded):
 
-* the target's own generations (greedy) for prompts made from the data below and for the built-in suite prompts
-  that no benchmark suite uses (specbench minus specbench-mini): the text the head will draft for;
+* the target's own generations (greedy), 16 prompts per left-padded batch, for the built-in suite prompts that no
+  benchmark suite uses (specbench minus specbench-mini) and for coding/editing task prompts made from the corpus'
+  functions (:func:`_task_prompts`): the text the head will draft for, GEN_SHARE of the gathering time;
 * local corpora: Python's standard library sources (always on the machine) and any `--corpus` files or folders,
   read in windows of 256 tokens and fed to the target once (teacher forcing).
 

@@ -169,18 +169,21 @@ def load_head(name: str) -> tuple[ReDrafterHead, HeadManifest]:
 HEAD_DTYPES = ("float32", "int8")
 
 
-def for_inference(head: ReDrafterHead, dtype: str = "float32") -> ReDrafterHead:
+def for_inference(head: ReDrafterHead, dtype: str | None = None) -> ReDrafterHead:
     """The head made cheap to run on a CPU, in place. Drafting is memory-bound here: each level of the beam search
     reads every weight once for a few rows (147 MB a level for a 1536-wide head over 16,384 tokens in float32, most
     of it the output layer), so the linears are oneDNN-packed (app.engines.cpu_kernels: the same outputs up to
     rounding, faster for few rows) and with `dtype="int8"` the output layer is int8 per channel (a quarter of the
-    bytes). The head's precision changes only what it drafts, never what the target emits.
+    bytes; None: int8 where this torch/CPU runs int8 linears, else float32). The head's precision changes only what
+    it drafts, never what the target emits.
 
     Raises:
         SetupError: int8 asked where this torch/CPU cannot run int8 linears.
     """
     from app.engines import cpu_kernels
 
+    if dtype is None:
+        dtype = "int8" if cpu_kernels.int8_available() else "float32"
     if dtype not in HEAD_DTYPES:
         raise SetupError(f"ReDrafter head precision {dtype!r} is not one of {', '.join(HEAD_DTYPES)}", fix="dtype=float32 or dtype=int8")
     if dtype == "int8":
@@ -275,7 +278,7 @@ class ReDrafterDrafter:
 
     wants_hidden = True  # the loop passes the target's hidden state at the last accepted position (ctx.hidden)
 
-    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 4, depth: int = 4, cstop: float = 0.0) -> None:
+    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 2, depth: int = 2, cstop: float = 0.0) -> None:
         self.head = head
         self.embed = embed
         self.beams, self.depth, self.cstop = beams, depth, cstop

@@ -96,12 +96,12 @@ def test_a_head_made_cheap_for_the_cpu_drafts_as_trained():
     embed, h = torch.randn(4000, 64), torch.randn(64)
     g, e = torch.zeros(3, 64), embed[[5, 9, 11]]
     ref = head.step(g, e, h.expand(3, -1))[1]
-    packed = for_inference(copy.deepcopy(head))
+    packed = for_inference(copy.deepcopy(head), "float32")
     assert torch.allclose(packed.step(g, e, h.expand(3, -1))[1], ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()))
     assert beam_tree(packed, embed, h, 5, 4, 4).ids == beam_tree(head, embed, h, 5, 4, 4).ids
     if cpu_kernels.int8_available():
-        q = for_inference(copy.deepcopy(head), "int8")
-        assert type(q.out) is not torch.nn.Linear
+        q = for_inference(copy.deepcopy(head))  # the default where int8 runs
+        assert type(q.out) is not torch.nn.Linear and type(q.out) is not cpu_kernels.PackedLinear
         got = q.step(g, e, h.expand(3, -1))[1]
         assert float((got - ref).norm() / ref.norm()) < 0.05
     with pytest.raises(SetupError) as err:
@@ -187,7 +187,7 @@ def test_head_files_round_trip_and_errors_name_the_fix(heads, tiny):
         find_head("nope")
     assert "train-drafter" in e.value.fix and "h1" in str(e.value)
     s = parse_setup("redrafter:h1,beams=3")
-    assert s.label == "redrafter:h1,beams=3,depth=4" and s.draft_engines == () and s.lane_engine is None
+    assert s.label == "redrafter:h1,beams=3,depth=2" and s.draft_engines == () and s.lane_engine is None
 
     class Env:
         def target(self):
@@ -208,7 +208,13 @@ def test_head_files_round_trip_and_errors_name_the_fix(heads, tiny):
     assert "--fresh" in e.value.fix
     # and on these weights it builds a lane
     save_head(heads / "h3", head, HeadManifest(name="h3", kind="redrafter", target=tiny.name, target_weights=tiny.folder.name, config=vars(head.cfg)))
-    assert build(parse_setup("redrafter:h3"), Env()).drafter.beams == 4
+    from app.engines import cpu_kernels
+
+    d = build(parse_setup("redrafter:h3"), Env()).drafter
+    assert d.beams == 2 and d.depth == 2
+    assert (type(d.head.out) is not torch.nn.Linear) == cpu_kernels.int8_available()  # int8 by default where it runs
+    f32 = build(parse_setup("redrafter:h3,dtype=float32"), Env()).drafter.head.out
+    assert type(f32) is (cpu_kernels.PackedLinear if cpu_kernels.available() else torch.nn.Linear)
 
 
 @pytest.mark.slow
@@ -240,7 +246,7 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
                         "--suite", "quick", "--max-new-tokens", "48", "--quiet", "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs = json.loads(out.read_text())["runs"]
-    red = [x for x in runs if x["setup"] == "redrafter:smol,beams=4,depth=4"]
+    red = [x for x in runs if x["setup"] == "redrafter:smol,beams=2,depth=2"]
     assert red and all(x["identical_to_baseline"] for x in red)
     assert sum(x["accepted"] for x in red) > 0 and all(x["tree_steps"] > 0 for x in red)
 
