@@ -191,7 +191,7 @@ def for_inference(head: ReDrafterHead, dtype: str | None = None) -> ReDrafterHea
             raise SetupError("int8 linears (fbgemm/x86) are not available in this torch build or on this CPU",
                              fix="use dtype=float32 for the ReDrafter head")
         with torch.no_grad():
-            head.out = cpu_kernels.int8_linear(head.out)  # type: ignore[assignment]
+            head.out = cpu_kernels.int8_linear(head.out)
     cpu_kernels.pack_linears(head)
     head.eval()
     return head
