@@ -48,6 +48,19 @@ def test_gui_threads_yield_and_workers_do_not():
     assert r["spawner"] == [0, 0] and r["worker"] == [0, 0]  # the worker is not lowered with the GUI
 
 
+def test_idle_priority_on_request():
+    """SPECDECK_GUI_PRIORITY=idle: the GUI's threads run SCHED_IDLE (only on CPU time the worker leaves), the worker
+    stays at normal priority."""
+    import os
+
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, "SPECDECK_GUI_PRIORITY": "idle"})
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    idle = 5  # SCHED_IDLE
+    assert r["msg"] == "" and r["main"][1] == idle and r["later"][1] == idle
+    assert r["spawner"] == [0, 0] and r["worker"] == [0, 0]
+
+
 def test_normal_priority_on_request():
     import os
 
