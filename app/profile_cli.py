@@ -9,7 +9,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from app.cli import _Bar, _load_engines, _Stuck, _write_json, format_table
+from app.bench_text import format_table
+from app.cli import _Bar, _load_engines, _Stuck, _write_json
 from app.core.errors import SpecDeckError
 
 __all__ = ["PROFILE_COLUMNS", "render_profiles", "cmd_profile"]

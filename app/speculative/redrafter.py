@@ -258,9 +258,7 @@ def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: i
             if key in node_of:
                 continue
             path_p = math.prod(pr[: d + 1])
-            if path_p < cstop:  # its subtree is less likely still: the beam ends here
-                continue
-            if d and key[:-1] not in node_of:
+            if path_p < cstop:  # its subtree is less likely still (probabilities ≤ 1), so it goes too
                 continue
             node_of[key] = len(ids)
             ids.append(s[d])

@@ -1,0 +1,117 @@
+"""The bench report as text: the aligned tables `python -m app bench` prints (per setup, per prompt category) and the
+stall warnings. Pure functions of the report's JSON document (app.core.report), no torch, no Qt."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["format_table", "render_summary", "render_categories", "stall_warnings"]
+
+
+def _fmt(x, spec: str = ".2f", none: str = "–") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return none
+    return format(x, spec)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain aligned text table (first column left-aligned, the rest right-aligned)."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def stall_warnings(runs) -> list[str]:
+    """One line per lane whose clock includes a stall (the worker stopped or starved mid-step)."""
+    return [
+        f"{r.setup} on {r.prompt_id} (repeat {r.repeat}): {r.stall_s:.1f} s of its {r.wall_s:.1f} s were a stall (the worker "
+        "was stopped or starved of CPU); speedups involving it are not trustworthy: rerun on a quiet machine"
+        for r in runs
+        if r.stall_s > 0
+    ]
+
+
+def render_summary(doc: dict) -> str:
+    """The human table of a report: one row per setup, with speedup beside theoretical speedup."""
+    rows = []
+    stalled = {s["setup"] for s in doc["summary"] if s.get("stall_s")}
+    runs_by: dict[str, list[dict]] = {}
+    for r in doc["runs"]:
+        runs_by.setdefault(r["setup"], []).append(r)
+    for s in doc["summary"]:
+        rs = runs_by.get(s["setup"], [])
+        n_ident = sum(1 for r in rs if r.get("identical_to_baseline"))
+        divs = [r.get("first_divergence") for r in rs if r.get("identical_to_baseline") is False]
+        ident = f"{n_ident}/{len(rs)}" + (f" (first diff @{min(d for d in divs if d is not None)})" if divs and any(d is not None for d in divs) else "")
+        if doc.get("reference"):
+            if s["setup"] == doc["reference"]:
+                ident += " | ref"
+            else:
+                rdivs = [r.get("reference_divergence") for r in rs]
+                ident += " | = ref" if rdivs and all(d is None for d in rdivs) else f" | ref @{min(d for d in rdivs if d is not None)}"
+        rows.append(
+            [
+                s["setup"],
+                _fmt(s["tokens_per_s"], ".2f"),
+                _fmt(s["speedup"], ".2f") + ("x" if s["speedup"] is not None else "")
+                + ("!" if s["speedup"] is not None and (stalled & {s["setup"], "baseline"}) else ""),
+                _fmt(s["theoretical_speedup"], ".2f") + ("x" if s["theoretical_speedup"] is not None else ""),
+                ("~" if "streamed" in s.get("counts_source", "") and s["acceptance_rate"] is not None else "") + _fmt(s["acceptance_rate"], ".2f"),
+                _fmt(s["mean_accepted_len"], ".2f"),
+                _fmt(s["mean_k"], ".1f") if s["mean_k"] else "–",
+                _fmt(s["c"], ".3f"),
+                _fmt(s["ttft_s"], ".2f"),
+                ident,
+                "/".join(_fmt(100 * (s[k] or 0), ".0f") for k in ("prefill_share", "draft_share", "verify_share", "overhead_share")),
+            ]
+        )
+    head = f"target {doc['target']} on {doc['device']} ({doc['dtype']}), {doc.get('prompts', '?')} prompt(s) x {doc.get('repeats', 1)} repeat(s), mode {doc.get('mode', '?')}"
+    table = format_table(
+        ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"],
+        rows,
+    )
+    if doc.get("reference"):
+        table += (f"\nidentical: against the baseline of the lane's own target; after |: against the reference lane {doc['reference']} "
+                  "(= same tokens, @N first difference)")
+    if stalled:
+        table += "\n! a lane's clock includes a stall (the worker was stopped or starved): that speedup is not trustworthy"
+    if any("streamed" in s.get("counts_source", "") for s in doc["summary"]):
+        table += "\n~ α inferred from streamed chunk sizes (k drafts assumed per iteration), not counted by the engine"
+    for s in doc["summary"]:
+        for note in s.get("notes") or ():
+            table += f"\nnote: {s['setup']}: {note}"
+    from app.profile_cli import render_profiles
+
+    costs = render_profiles(doc.get("cost_profiles") or [])
+    if costs:
+        table += "\n\n" + costs
+    by_cat = render_categories(doc)
+    return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
+
+
+def render_categories(doc: dict) -> str:
+    """Speedup per prompt category (Spec-Bench style), when the prompts have categories; each setup against the
+    baseline of its own target, as in the main table."""
+    from app.core.metrics import baseline_of
+
+    cats = doc.get("categories") or {}
+    names = list(dict.fromkeys(cats.values()))
+    if len(names) < 2:
+        return ""
+    walls: dict[tuple[str, str], float] = {}
+    for r in doc["runs"]:
+        c = cats.get(r["prompt_id"])
+        if c is not None:
+            walls[(r["setup"], c)] = walls.get((r["setup"], c), 0.0) + r["wall_s"]
+    rows = []
+    for s in doc["summary"]:
+        row = [s["setup"]]
+        for c in names:
+            b, w = walls.get((baseline_of(s["setup"]), c)), walls.get((s["setup"], c))
+            row.append(f"{b / w:.2f}x" if b and w else "–")
+        rows.append(row)
+    return format_table(["setup", *names], rows)
