@@ -1,12 +1,17 @@
 """The bench report as text: the aligned tables `python -m app bench` prints (per setup, per prompt category) and the
-stall warnings. Pure functions of the report's JSON document (app.core.report), no torch, no Qt."""
+stall and CPU-wait warnings. Pure functions of the report's JSON document (app.core.report), no torch, no Qt."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-__all__ = ["format_table", "render_summary", "render_categories", "stall_warnings"]
+from app.core.metrics import cpu_wait_share
+
+__all__ = ["format_table", "render_summary", "render_categories", "stall_warnings", "cpu_wait_warnings", "CPU_WAIT_WARN"]
+
+#: a setup whose lanes waited for a CPU this share of their time (the worker's threads' run-queue delay) is flagged
+CPU_WAIT_WARN = 0.05
 
 
 def _fmt(x, spec: str = ".2f", none: str = "–") -> str:
@@ -33,6 +38,21 @@ def stall_warnings(runs) -> list[str]:
         for r in runs
         if r.stall_s > 0
     ]
+
+
+def cpu_wait_warnings(runs) -> list[str]:
+    """One line per setup whose lanes waited for a CPU for CPU_WAIT_WARN of their time or more (LaneStats.cpu_wait_s:
+    other processes took the worker's cores, so its tokens/s reads low)."""
+    by: dict[str, list] = {}
+    for r in runs:
+        by.setdefault(r.setup, []).append(r)
+    out = []
+    for setup, rs in by.items():
+        share = cpu_wait_share(rs)
+        if share is not None and share >= CPU_WAIT_WARN:
+            out.append(f"{setup}: the worker's threads waited for a CPU {100 * share:.0f}% of its lanes' time (other processes "
+                       "had the cores), so its tokens/s may read up to that much low: rerun on a quiet machine")
+    return out
 
 
 def render_summary(doc: dict) -> str:

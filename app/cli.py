@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from app.bench_text import format_table, render_summary, stall_warnings
+from app.bench_text import cpu_wait_warnings, format_table, render_summary, stall_warnings
 from app.core.errors import SetupError, SpecDeckError
 
 __all__ = ["main", "build_parser", "format_table"]
@@ -353,7 +353,7 @@ def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
     results = b.results
     for e in results.errors.values():
         print(f"error in lane {e.lane_id}: {e.message}" if e.lane_id else f"error: {e.message}", file=sys.stderr)
-    warnings = stall_warnings(results.completed())
+    warnings = stall_warnings(results.completed()) + cpu_wait_warnings(results.completed())
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     extra: dict = {"errors": results.error_messages() + ([failure] if failure else []), "warnings": warnings}

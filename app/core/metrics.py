@@ -45,7 +45,8 @@ class LaneStats:
     tokens; `costs` holds the target's verify-cost curve and the draft's cost from their profiles (None: no
     profile), from which the summary's theory is predicted. `tree_steps` counts the steps that verified a token tree:
     there `drafted` counts tree nodes, the per-position counts are per depth, and the chain formula (uniform theory)
-    does not apply.
+    does not apply. `cpu_wait_s` is how long the worker's threads waited for a CPU while the lane computed (Linux
+    run-queue delay summed over its threads; None where not measured): time other processes took from its clock.
     """
 
     setup: str
@@ -78,6 +79,7 @@ class LaneStats:
     decode_k_hist: tuple[int, ...] = ()
     costs: LaneCosts | None = None
     tree_steps: int = 0
+    cpu_wait_s: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -221,6 +223,8 @@ class SetupSummary:
     counts_source: str = "steps"  # where α's counts come from ("+"-joined when the runs differ), see LaneStats
     notes: tuple[str, ...] = ()  # the runs' notes, once each
     uniform_theory: float | None = None  # Leviathan et al.'s formula with the measured α, mean k and c (V(n) = 1)
+    #: the worker's threads' wait for a CPU over the lanes' wall time (LaneStats.cpu_wait_s; None: not measured)
+    cpu_wait_share: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -319,6 +323,16 @@ def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
                 stall_s=sum(r.stall_s for r in rs),
                 counts_source="+".join(dict.fromkeys(r.counts_source for r in rs)),
                 notes=tuple(dict.fromkeys(n for r in rs for n in r.notes)),
+                cpu_wait_share=cpu_wait_share(rs),
             )
         )
     return out
+
+
+def cpu_wait_share(rs: Sequence[LaneStats]) -> float | None:
+    """The lanes' CPU wait (summed over the worker's threads) per second of their wall time; None when any lane was
+    not measured."""
+    if not rs or any(r.cpu_wait_s is None for r in rs):
+        return None
+    wall = sum(r.wall_s for r in rs)
+    return round(sum(r.cpu_wait_s or 0.0 for r in rs) / wall, 4) if wall > 0 else None

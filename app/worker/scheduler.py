@@ -1,21 +1,26 @@
 """Lane scheduler: builds each lane's event generator and runs lanes sequentially or interleaved.
 
 Never two lanes at once on one device: interleaving is round-robin by step in one thread, and each lane's
-clock counts only its own steps (the loop times its phases itself), so timings agree with sequential runs.
+clock counts only its own steps (the loop times its phases itself), so timings agree with sequential runs. Each
+lane's RunDone also says how long the worker's threads waited for a CPU while the lane computed (``cpu_wait_s``,
+app.worker.cpuwait): what other processes on the machine took from its clock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections.abc import Callable, Iterator
 
 from app.core.accounting import LaneRecorder, drive
 from app.core.errors import SetupError, SpecDeckError
 from app.core.events import LaneStarted, RunDone, RunError
+from app.core.metrics import LaneStats
 from app.core.setups import Sampling, kind_of, parse_setup
+from app.worker.cpuwait import CpuWait
 from app.worker.messages import LaneSpec
 
-__all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule"]
+__all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule", "with_cpu_wait"]
 
 
 class PoolEnv:
@@ -127,6 +132,13 @@ def schedule(
     (reads Cancel commands). sequential: one lane after another. interleaved: lanes of the same `group`
     advance round-robin one step each; groups run one after another.
     """
+    waits = CpuWait()
+    if waits.available:
+        built = make
+
+        def make(spec: LaneSpec) -> Iterator[object]:
+            return with_cpu_wait(built(spec), waits)
+
     if mode == "sequential":
         for spec in lanes:
             for ev in make(spec):
@@ -158,3 +170,24 @@ def schedule(
                     break
                 poll()
             active = still
+
+
+def with_cpu_wait(events: Iterator[object], waits: CpuWait) -> Iterator[object]:
+    """A lane's events, its RunDone carrying ``cpu_wait_s``: the run-queue delay of the worker's threads (`waits`)
+    while this lane's iterator computed, from its LaneStarted on (engine loading before it is not counted)."""
+    total = 0.0
+    started = False
+    while True:
+        w0 = waits.read()
+        try:
+            ev = next(events)
+        except StopIteration:
+            return
+        w1 = waits.read()
+        if started and w0 is not None and w1 is not None:
+            total += w1 - w0
+        if isinstance(ev, LaneStarted):
+            started = True
+        elif isinstance(ev, RunDone) and w1 is not None and isinstance(ev.stats, LaneStats):
+            ev = dataclasses.replace(ev, stats=dataclasses.replace(ev.stats, cpu_wait_s=round(total, 4)))
+        yield ev
