@@ -2,7 +2,10 @@
 
 The client's draining thread hands every event to :meth:`WorkerBridge._on_event`, which stamps it with the
 receipt time (``time.monotonic()``) and appends it to a lock-free deque; one queued wake-up call per burst
-brings the GUI thread to :meth:`WorkerBridge._pump`, which re-emits each event as Qt signals. The GUI never
+brings the GUI thread to :meth:`WorkerBridge._pump`, which re-emits each event as Qt signals. While a run is
+going the run controller sets :attr:`WorkerBridge.batching`: the many-a-second events (steps, progress,
+heartbeats) then wake nobody and wait for the controller's next display frame (:meth:`WorkerBridge.pump`), so the
+GUI thread wakes a few times a second rather than once per step (each wake-up takes a core from the lanes). The GUI never
 blocks on the worker: the worker starts on a plain thread ("starting worker…"), commands are sent once it is
 ready, and a dead worker is restarted by the next :meth:`run`. Events the bridge makes itself (a run that could
 not be sent, a worker that did not start) take the same path as the worker's.
@@ -16,9 +19,9 @@ from collections import deque
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from app.core.events import RunError
+from app.core.events import Progress, RunError, StepEvent
 from app.worker.group import WorkerGroup
-from app.worker.messages import Cancel, RunFinished, RunLanes, WorkerDied, WorkerReady
+from app.worker.messages import Cancel, Heartbeat, RunFinished, RunLanes, WorkerDied, WorkerReady
 
 __all__ = ["WorkerBridge"]
 
@@ -38,6 +41,9 @@ class WorkerBridge(QObject):
 
     _wake = Signal()
 
+    #: events that come many times a second: while `batching`, they wait for the next :meth:`pump`
+    BATCHED = (StepEvent, Progress, Heartbeat)
+
     def __init__(self, parent: QObject | None = None, client_factory=WorkerGroup) -> None:
         super().__init__(parent)
         self._client_factory = client_factory
@@ -48,6 +54,7 @@ class WorkerBridge(QObject):
         self._pending: list = []  # commands waiting for the worker to be ready
         self._closed = False
         self.slice_s = 0.012  # longest stretch of event dispatch per event-loop turn
+        self.batching = False  # a run is going: BATCHED events wait for pump() (the controller's frames)
         self.ready_info: WorkerReady | None = None
         self._wake.connect(self._pump, Qt.ConnectionType.QueuedConnection)
 
@@ -134,6 +141,8 @@ class WorkerBridge(QObject):
 
     def _post(self, item) -> None:
         self._inbox.append((item, time.monotonic()))
+        if self.batching and isinstance(item, self.BATCHED):
+            return  # the next frame's pump() takes it
         if not self._wake_pending.is_set():
             self._wake_pending.set()
             try:
@@ -144,6 +153,17 @@ class WorkerBridge(QObject):
     def feed(self, ev, t_recv: float | None = None) -> None:
         """Inject an event as if the worker had sent it (tests, replays); GUI thread only."""
         self._dispatch(ev, time.monotonic() if t_recv is None else t_recv)
+
+    def pump(self) -> None:
+        """GUI thread: dispatch the events waiting now (a display frame while batching)."""
+        if self._inbox:
+            self._pump()
+
+    def set_batching(self, on: bool) -> None:
+        """GUI thread: batch BATCHED events into frames (a run starts) or not (it ended: what waits goes out now)."""
+        self.batching = on
+        if not on:
+            self.pump()
 
     @Slot()
     def _pump(self) -> None:

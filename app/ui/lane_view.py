@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QFont, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
+from PySide6.QtGui import QColor, QFont, QPalette, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import StepEvent, TreeStep
@@ -153,7 +153,11 @@ class LaneView(QFrame):
         self.theme = theme
         self.max_tokens = max_tokens
         self.show_rejected = True
+        self._fmts: dict = {}  # kind index → QTextCharFormat, for _fmts_theme
+        self._fmts_theme: Theme | None = None
         self.setObjectName("LaneView")
+        # opaque: a header label's new text repaints this lane only, not the lanes area and the window beneath it
+        self.setAutoFillBackground(True)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setMinimumWidth(220)
 
@@ -268,7 +272,12 @@ class LaneView(QFrame):
         self.stats_label.setStyleSheet(f"color:{t.text}; font-family:'DejaVu Sans Mono'; font-size:11px")
         self.error.setStyleSheet(f"QLabel {{ background:{t.error_bg}; color:{t.rejected}; border-radius:4px; padding:4px 6px }}")
         self.notice.setStyleSheet(f"QLabel {{ background:{t.warn_bg}; color:{t.correction}; border-radius:4px; padding:4px 6px }}")
-        self.text.setStyleSheet(f"QPlainTextEdit {{ background:{t.base}; color:{t.text} }}")
+        # colours through the palette, not a style sheet: a styled text area's viewport is not opaque, so every
+        # frame of new text repainted the lane, the lanes area and the whole window beneath it
+        pal = self.text.palette()
+        pal.setColor(QPalette.ColorRole.Base, QColor(t.base))
+        pal.setColor(QPalette.ColorRole.Text, QColor(t.text))
+        self.text.setPalette(pal)
 
     def show_error(self, message: str) -> None:
         self.error.setText("⚠ " + message.strip())
@@ -347,7 +356,10 @@ class LaneView(QFrame):
         cur = QTextCursor(self.text.document())
         cur.movePosition(QTextCursor.MoveOperation.End)
         cur.beginEditBlock()
-        fmts = {i: token_format(self.theme, k) for i, k in enumerate(KINDS)}
+        if self._fmts_theme is not self.theme:  # made once per theme, not per frame
+            self._fmts = {i: token_format(self.theme, k) for i, k in enumerate(KINDS)}
+            self._fmts_theme = self.theme
+        fmts = self._fmts
         run: list[str] = []
         run_kind = -1
         pos = self._doc_end

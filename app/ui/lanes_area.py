@@ -1,30 +1,32 @@
 """The lanes area: the legend over one LaneView per lane, side by side (2×2 for four), as a run sink.
 
-Lane text is rendered from one timer (:meth:`LanesArea.flush`) that runs only while a run is going, at 20 Hz
-(:data:`FRAME_MS`): each tick inserts every lane's new tokens in one batch; the headers' figures change at most
-:data:`HEADER_HZ` times a second (a label's new text lays the lane out again). A lane's badge ("✓ identical to
+Lane text is rendered once per display frame while a run is going (:meth:`LanesArea.on_frame`, called by the run
+controller 20 times a second, 10 on a machine with few cores: app.ui.run_controller.frame_ms): each frame inserts
+every lane's new tokens in one batch; the headers' figures change at most
+:data:`HEADER_HZ` times a second (a label's new text lays the lane out again; once a second on few cores). A lane's badge ("✓ identical to
 baseline") appears as it ends, once the baseline's result is in.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
 from app.core.metrics import is_baseline
 from app.ui.lane_view import LaneView
+from app.ui.load import FEW_CORES, cpu_cores
 from app.ui.sinks import WorkerSilence
 from app.ui.theme import LANE_COLORS, LIGHT, Theme, token_format
 from app.worker.messages import WorkerReady
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["LanesArea", "legend_html", "FRAME_MS", "HEADER_HZ"]
+__all__ = ["LanesArea", "legend_html", "HEADER_HZ", "FEW_CORES_HEADER_HZ"]
 
-#: lane text is drawn at most this often while a run is going (20 Hz)
-FRAME_MS = 50
 #: lane headers (tokens/s, α, τ, …) are refreshed at most this often
 HEADER_HZ = 2.0
+#: …and on a machine with few cores (app.ui.load.FEW_CORES), where the window's every repaint slows the lanes
+FEW_CORES_HEADER_HZ = 1.0
 
 _ENDED = ("done", "cancelled", "error")
 
@@ -83,9 +85,6 @@ class LanesArea(QWidget):
         lay.setSpacing(4)
         lay.addLayout(row)
         lay.addWidget(grid_w, 1)
-        self.timer = QTimer(self)
-        self.timer.setInterval(FRAME_MS)
-        self.timer.timeout.connect(self.flush)
         self.frames = 0  # ticks that drew something (tests)
         self.set_theme(theme)
 
@@ -99,7 +98,8 @@ class LanesArea(QWidget):
             v.deleteLater()
         while len(self.views) < n:
             i = len(self.views)
-            v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme, header_hz=HEADER_HZ)
+            hz = FEW_CORES_HEADER_HZ if cpu_cores() <= FEW_CORES else HEADER_HZ
+            v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme, header_hz=hz)
             v.set_show_rejected(not self.hide_rejected.isChecked())
             self.views.append(v)
         cols = 2 if n == 4 else max(1, n)
@@ -108,6 +108,9 @@ class LanesArea(QWidget):
             v.set_setup(s)
         for c in range(4):
             self.grid.setColumnStretch(c, 1 if c < cols else 0)
+
+    def on_frame(self) -> None:
+        self.flush()
 
     def flush(self) -> None:
         """Draw every lane's pending tokens (and due headers) in one batch."""
@@ -144,7 +147,6 @@ class LanesArea(QWidget):
             v.set_setup(spec.setup)
             v.set_state("waiting", "waiting…")
             self.by_id[spec.lane_id] = v
-        self.timer.start()
 
     def on_event(self, ev: object, t_recv: float) -> None:
         lane = ev.lane_id if isinstance(ev, (StepEvent, LaneStarted, RunDone, RunError)) else None
@@ -174,7 +176,6 @@ class LanesArea(QWidget):
                 x.set_notice(ev.message if ev.silent_s and x.state not in _ENDED else "")
 
     def finish(self, results: RunResults) -> None:
-        self.timer.stop()
         for v in self.views:
             v.set_notice("")
             v.flush(header=True)

@@ -4,6 +4,11 @@ On a machine with few cores the worker's lanes and the window share them: every 
 is a percent a lane's clock may lose. :class:`LoadMeter` notes when the recorded lanes started and ended, and
 :func:`run_load` averages the window's ("gui") and the worker's CPU over that stretch; the window shows
 :func:`load_note` when the share looks large enough to distort the figures.
+
+The window's threads run at lowered priority (app.ui.priority); the lower, the less they slow the lanes but the
+more a worker that leaves no CPU idle starves them. So the meter also times the window's own event loop while the
+lanes run (a precise timer every :data:`LAG_TICK_MS`; how late each tick came) and the note says when the window
+lagged.
 """
 
 from __future__ import annotations
@@ -15,12 +20,20 @@ import time
 from app.core.events import LaneStarted
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_note", "FEW_CORES", "GUI_CPU_NOTE_PCT"]
+__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_note", "load_notes", "lag_summary", "FEW_CORES", "GUI_CPU_NOTE_PCT", "LANES_WAIT_NOTE_PCT", "LAG_TICK_MS",
+           "LAG_NOTE_MS"]
 
 #: a machine with at most this many cores shares them between the window and the worker's lanes
 FEW_CORES = 4
 #: the window's mean CPU use (percent of one core) while the lanes ran above which a few-core machine gets the note
+#: (where the lanes' own CPU wait is not measured)
 GUI_CPU_NOTE_PCT = 5.0
+#: the recorded lanes waited for a CPU this share of their time (percent): the window says their figures may be low
+LANES_WAIT_NOTE_PCT = 5.0
+#: while the lanes run the window's event loop is timed by a tick this often (ms)
+LAG_TICK_MS = 250
+#: a tick this late (ms) means the window could not answer the user promptly: the note says so
+LAG_NOTE_MS = 1000.0
 
 
 def cpu_cores() -> int:
@@ -31,12 +44,46 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def load_note(gui_cpu_pct: float, cores: int) -> str:
-    """The note shown when the window's own CPU use may have slowed the lanes it measured ("" when not)."""
-    if not (gui_cpu_pct >= GUI_CPU_NOTE_PCT) or cores > FEW_CORES:
-        return ""
-    return (f"the window used {gui_cpu_pct:.0f}% of a core during the run; on {cores} cores that can slow the lanes: "
-            "untick View ▸ Live plots during runs, or use `python -m app bench` for figures to quote")
+def load_notes(gui_cpu_pct: float | None, cores: int, lag_max_ms: float | None = None, priority: str = "",
+               lanes_wait_pct: float | None = None) -> list[tuple[str, str]]:
+    """(headline, note) for each way the window and the lanes got in each other's way during a run, empty when none.
+
+    `lanes_wait_pct`: how long the worker's threads waited for a CPU, in percent of the recorded lanes' time
+    (LaneStats.cpu_wait_s; None where not measured). When it is known it decides: at :data:`LANES_WAIT_NOTE_PCT` or
+    more the lanes were slowed by other processes, this window among them. Where it is not, the window's own CPU use
+    (`gui_cpu_pct`, percent of one core) on a machine with few cores stands in. `lag_max_ms`: the window's own event
+    loop ran that late at worst (the lanes starved it)."""
+    notes = []
+    fix = "untick View ▸ Live plots during runs, close other programs, or use `python -m app bench` for figures to quote"
+    if lanes_wait_pct is not None:
+        if lanes_wait_pct >= LANES_WAIT_NOTE_PCT:
+            used = f"; the window used {gui_cpu_pct:.0f}% of a core" if gui_cpu_pct is not None else ""
+            notes.append((f"the lanes waited for a CPU {lanes_wait_pct:.0f}% of their time",
+                          f"the lanes waited for a CPU core {lanes_wait_pct:.0f}% of their time (other processes had it{used}): "
+                          f"their tokens/s may read up to that much low: {fix}"))
+    elif gui_cpu_pct is not None and gui_cpu_pct >= GUI_CPU_NOTE_PCT and cores <= FEW_CORES:
+        notes.append((f"the window used {gui_cpu_pct:.0f}% of a core",
+                      f"the window used {gui_cpu_pct:.0f}% of a core during the run; on {cores} cores that can slow the lanes: {fix}"))
+    if lag_max_ms is not None and lag_max_ms >= LAG_NOTE_MS:
+        why = (" (SPECDECK_GUI_PRIORITY=idle runs it only on CPU time the lanes leave; the default, batch, keeps it "
+               "responsive)") if priority == "idle" else ""
+        notes.append((f"the window lagged up to {lag_max_ms / 1000:.1f} s",
+                      f"the lanes left the window little CPU: it answered up to {lag_max_ms / 1000:.1f} s late{why}"))
+    return notes
+
+
+def load_note(gui_cpu_pct: float | None, cores: int, lag_max_ms: float | None = None, priority: str = "",
+              lanes_wait_pct: float | None = None) -> str:
+    """:func:`load_notes` as one sentence ("" when there is nothing to say)."""
+    return "; ".join(n for _, n in load_notes(gui_cpu_pct, cores, lag_max_ms, priority, lanes_wait_pct))
+
+
+def lag_summary(lags_ms) -> dict:
+    """{"lag_p95_ms", "lag_max_ms", "lag_ticks"} of the event loop's tick lateness (ms); {} without ticks."""
+    xs = sorted(lags_ms)
+    if not xs:
+        return {}
+    return {"lag_p95_ms": round(xs[min(len(xs) - 1, int(0.95 * len(xs)))], 1), "lag_max_ms": round(xs[-1], 1), "lag_ticks": len(xs)}
 
 
 def run_load(samples, t0: float, t1: float, cores: int) -> dict:
@@ -70,21 +117,50 @@ def run_load(samples, t0: float, t1: float, cores: int) -> dict:
 
 
 class LoadMeter:
-    """A run sink that only keeps time: from the first recorded lane's start to the run's end (monotonic)."""
+    """A run sink that keeps time: from the first recorded lane's start to the run's end (monotonic), and how late
+    the window's event loop ran in that stretch (a precise Qt timer's ticks; Qt is imported only then)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tick_ms: int = LAG_TICK_MS) -> None:
         self.t_lanes: float | None = None
         self.t_end: float | None = None
+        self.tick_ms = tick_ms
+        self.lags_ms: list[float] = []
+        self._timer = None
+        self._last_tick = 0.0
 
     def start_run(self, plan: RunPlan, results: RunResults) -> None:
         self.t_lanes = self.t_end = None
+        self.lags_ms = []
+        self._stop_ticks()
 
     def on_event(self, ev: object, t_recv: float) -> None:
         if self.t_lanes is None and isinstance(ev, LaneStarted) and not RunPlan.is_warmup(ev.lane_id):
             self.t_lanes = t_recv
+            self._start_ticks()
 
     def finish(self, results: RunResults) -> None:
         self.t_end = time.monotonic()
+        self._stop_ticks()
+
+    def _start_ticks(self) -> None:
+        from PySide6.QtCore import Qt, QTimer
+
+        if self._timer is None:
+            self._timer = QTimer()
+            self._timer.setTimerType(Qt.TimerType.PreciseTimer)
+            self._timer.setInterval(self.tick_ms)
+            self._timer.timeout.connect(self._tick)
+        self._last_tick = time.monotonic()
+        self._timer.start()
+
+    def _stop_ticks(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self.lags_ms.append(max(0.0, (now - self._last_tick) * 1000.0 - self.tick_ms))
+        self._last_tick = now
 
     def set_theme(self, theme) -> None:
         pass
@@ -93,4 +169,5 @@ class LoadMeter:
         """:func:`run_load` over the recorded lanes of the last run ({} before any lane started)."""
         if self.t_lanes is None:
             return {}
-        return run_load(samples, self.t_lanes, self.t_end if self.t_end is not None else time.monotonic(), cores or cpu_cores())
+        load = run_load(samples, self.t_lanes, self.t_end if self.t_end is not None else time.monotonic(), cores or cpu_cores())
+        return {**load, **lag_summary(self.lags_ms)}

@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     from app.ui.priority import yield_to_worker
     from app.worker.client import spawn_from_a_steady_thread
 
-    yield_to_worker(keep={spawn_from_a_steady_thread()})
+    said = yield_to_worker(keep={spawn_from_a_steady_thread()})
+    if said and sys.platform.startswith("linux") and "SPECDECK_GUI_PRIORITY=normal" not in said:
+        print(f"warning: the window's threads were {said}; on a machine with few cores it may slow the lanes it "
+              "measures", file=sys.stderr)
     app.setOrganizationName("SpecDeck")
     app.setApplicationName("SpecDeck")
     try:

@@ -36,12 +36,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.errors import SpecDeckError
+from app.core.metrics import cpu_wait_share
 from app.core.prompts import Prompt
 from app.core.report import build_report
 from app.ui.cost_plot import CostPanel
 from app.ui.lanes_area import LanesArea
-from app.ui.load import LoadMeter, load_note
+from app.ui.load import FEW_CORES, LoadMeter, cpu_cores, load_notes
 from app.ui.plots import PlotPanel
+from app.ui.priority import gui_priority
 from app.ui.results import ResultsPanel
 from app.ui.run_controller import RunController
 from app.ui.session import PRESETS, Session, default_preset_name
@@ -52,11 +54,13 @@ from app.ui.theme import DARK, LIGHT, apply_palette
 from app.worker.group import WorkerGroup
 from app.worker.plan import RunPlan
 
-__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan", "TELEMETRY_HZ"]
+__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan", "TELEMETRY_HZ", "FEW_CORES_TELEMETRY_HZ"]
 
 #: telemetry samples a second in the window (the plot shows CPU over half-second windows, and every sample is
 #: work taken from the lanes on a machine with few cores)
 TELEMETRY_HZ = 5.0
+#: on a machine with few cores (app.ui.load.FEW_CORES) the sampler's reads come out of the lanes' cores: 2 a second
+FEW_CORES_TELEMETRY_HZ = 2.0
 
 
 def engine_scan():
@@ -490,11 +494,18 @@ class MainWindow(QMainWindow):
         window's share may have slowed the lanes (few cores)."""
         samples = self.sampler.samples() if self.sampler is not None else []
         load = self.load_meter.measure(samples)
-        note = load_note(load["gui_cpu_pct"], load["cores"]) if load.get("gui_cpu_pct") is not None else ""
+        if load:
+            load["priority"] = gui_priority()
+            r = self.controller.results
+            share = cpu_wait_share(r.completed()) if r is not None else None  # the recorded lanes
+            load["lanes_cpu_wait_pct"] = round(100 * share, 1) if share is not None else None
+        notes = load_notes(load.get("gui_cpu_pct"), load["cores"], load.get("lag_max_ms"), load["priority"],
+                           load["lanes_cpu_wait_pct"]) if load else []
+        note = "; ".join(n for _, n in notes)
         self.run_load = {**load, "note": note} if load else {}
         self.results.set_load_note(("⚠ " + note) if note else "")
-        if note:
-            self.status.show_message(f"{self.status.label.text()} · ⚠ the window used {load['gui_cpu_pct']:.0f}% of a core (see Results)")
+        if notes:
+            self.status.show_message(f"{self.status.label.text()} · ⚠ {' · '.join(h for h, _ in notes)} (see Results)")
 
     def _start_telemetry(self) -> None:
         try:
@@ -510,7 +521,8 @@ class MainWindow(QMainWindow):
             return d
 
         try:
-            self.sampler = TelemetrySampler(rate_hz=TELEMETRY_HZ, pids=pids, on_sample=self.plots.add_sample)
+            hz = FEW_CORES_TELEMETRY_HZ if cpu_cores() <= FEW_CORES else TELEMETRY_HZ
+            self.sampler = TelemetrySampler(rate_hz=hz, pids=pids, on_sample=self.plots.add_sample)
             self.plots.set_gpu_state(self.sampler.gpu_state)
             self.sampler.start()
         except Exception as e:
@@ -588,7 +600,7 @@ class MainWindow(QMainWindow):
 
     def shutdown(self) -> None:
         """Stop timers, telemetry and the worker (idempotent)."""
-        self.lanes.timer.stop()
+        self.controller.frame.stop()
         self.plots.timer.stop()
         if self.sampler is not None:
             try:

@@ -4,7 +4,10 @@ Data arrives into preallocated ring buffers (StepEvents on the GUI thread, telem
 sampler's thread through a deque). Each step's smoothed tokens/s and rolling α are computed when it arrives
 (O(log n), nothing per frame that grows with the history), and a timer redraws what changed with one
 ``setData`` per series: at most 5 Hz while a run is going, and less on a slow machine (a frame may take
-:data:`FRAME_BUDGET` of a core), per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz between runs; never while
+:data:`FRAME_BUDGET` of a core); on a machine with few cores (app.ui.load.FEW_CORES), where every frame is taken
+from the lanes' cores, every 2 s at most and within 1 % of a core, and the view is held between redraws (pyqtgraph
+items repainted it two or three times per redraw: ranges, labels, regions; the mouse over the plots releases it); per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz
+between runs; never while
 the panel is hidden or live plots are off (:meth:`PlotPanel.set_live`; the run's end draws everything once).
 The window shares a few-core machine with the lanes it measures, so drawing is kept cheap: axes are cached as
 pixmaps (a plot's grid lines make its axis repaint whenever a curve changes otherwise), and ranges grow in
@@ -23,17 +26,18 @@ from collections import deque
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, StepEvent
+from app.ui.load import FEW_CORES, cpu_cores
 from app.ui.plot_parts import _ACC, _ALPHA, _DR, _RATE, _T, _TOK, _TS, LaneSeries, Phase, Ring, TimedLayout, nice_ceiling
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
 
 __all__ = ["Ring", "PlotPanel", "Phase", "nice_ceiling", "RUN_INTERVAL_MS", "IDLE_INTERVAL_MS", "TELEMETRY_INTERVAL_S",
-           "BARS_INTERVAL_S", "FRAME_BUDGET"]
+           "BARS_INTERVAL_S", "FRAME_BUDGET", "FEW_CORES_INTERVAL_MS", "FEW_CORES_FRAME_BUDGET"]
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
@@ -47,6 +51,11 @@ BARS_INTERVAL_S = 1.0
 #: during a run the plots draw no more often than their measured cost per frame allows within this share of one
 #: core (a 10 ms frame: at most 3 frames a second)
 FRAME_BUDGET = 0.03
+#: the same on a machine with few cores: the window's CPU there comes straight out of the lanes' tokens/s
+FEW_CORES_INTERVAL_MS = 2000
+FEW_CORES_FRAME_BUDGET = 0.01
+#: on few cores the view is held again this long after a redraw released it (its paint is queued, then done)
+HOLD_AFTER_MS = 40
 class PlotPanel(QWidget):
     """The plot dock's content.
 
@@ -54,7 +63,8 @@ class PlotPanel(QWidget):
         capacity: points kept per lane series and for telemetry (older halves are dropped beyond it).
         window_s: smoothing window of tokens/s, lane-clock seconds.
         alpha_window: steps in the rolling acceptance-rate window.
-        interval_ms: redraw period during a run (default :data:`RUN_INTERVAL_MS`).
+        interval_ms: redraw period during a run (default :data:`RUN_INTERVAL_MS`, :data:`FEW_CORES_INTERVAL_MS` on
+            a machine with few cores).
     """
 
     def __init__(
@@ -77,7 +87,12 @@ class PlotPanel(QWidget):
         self.redraws = 0
         self.live = True  # redraw during runs (False: once, at the run's end)
         self.running = False
-        self.interval_ms = RUN_INTERVAL_MS if interval_ms is None else interval_ms
+        few = cpu_cores() <= FEW_CORES
+        self.interval_ms = (FEW_CORES_INTERVAL_MS if few else RUN_INTERVAL_MS) if interval_ms is None else interval_ms
+        self.frame_budget = FEW_CORES_FRAME_BUDGET if few else FRAME_BUDGET
+        self.hold_between_redraws = few  # during a run the view paints only after a redraw (or under the mouse)
+        self._hover = False
+        self.paints = 0  # paint events of the plot view (tests)
         self._manual: set = set()  # view boxes the user panned or zoomed: their ranges are left alone until the next run
         self._ranges: dict = {}  # (view box, axis) → range last set
         self._last_redraw = 0.0
@@ -95,6 +110,7 @@ class PlotPanel(QWidget):
         self._build_plots()
         self._build_sys_plot()
         self._proxy = pg.SignalProxy(self.glw.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+        self.glw.viewport().installEventFilter(self)
         self.set_theme(theme)
         self._setup_sys_curves(gpu=False)
         self.timer = QTimer(self)
@@ -254,6 +270,23 @@ class PlotPanel(QWidget):
         elif cur is not None and not warmup:
             cur.extend(t, close=True)
 
+    def eventFilter(self, obj, ev) -> bool:
+        t = ev.type()
+        if t == QEvent.Type.Paint:
+            self.paints += 1
+        elif t == QEvent.Type.Enter:  # the user looks at the plots: live crosshair, no hold
+            self._hover = True
+            self._hold(False)
+        elif t == QEvent.Type.Leave:
+            self._hover = False
+        return False
+
+    def _hold(self, hold: bool) -> None:
+        """Hold the plot view's painting (a run on few cores, between redraws) or release it (a release repaints)."""
+        hold = hold and self.hold_between_redraws and self.running and not self._hover
+        if self.glw.updatesEnabled() == hold:
+            self.glw.setUpdatesEnabled(not hold)
+
     def finish(self, results: RunResults | None = None) -> None:
         self.running = False
         self.timer.setInterval(IDLE_INTERVAL_MS)
@@ -404,13 +437,16 @@ class PlotPanel(QWidget):
             if not self.isVisible() or (self.running and not self.live):
                 return
             cost = self.frame_s + self.glw.last_paint_s
-            if now - self._last_redraw < cost / (FRAME_BUDGET if self.running else 0.2):
+            if now - self._last_redraw < cost / (self.frame_budget if self.running else 0.2):
                 return
             lanes_dirty = any(ln.dirty for ln in self.lanes.values())
             tele_due = self._tele_dirty and now - self._last_tele_draw >= TELEMETRY_INTERVAL_S
             if not lanes_dirty and not tele_due:
                 return
         self._last_redraw = now
+        if self.hold_between_redraws:  # paint this redraw, then hold again once it is on screen
+            self._hold(False)
+            QTimer.singleShot(HOLD_AFTER_MS, self, lambda: self._hold(True))
         c0 = time.thread_time()
         if now - self._last_phase_tick >= 0.5:  # an open phase grows in half-second steps (each one repaints)
             self._last_phase_tick = now

@@ -1,20 +1,27 @@
 """The GUI yields the CPU to the worker it measures.
 
 On a 2-core machine the worker's two compute threads meet at a barrier after every kernel, so each time the GUI
-wakes (20 Hz text, 5 Hz plots, telemetry) and takes a core for a moment, the whole forward waits: the GUI's 7–8 %
-of one core cost the lanes 10–20 % of their tokens/s. Here the GUI's own threads drop to nice +10 and SCHED_BATCH
-(no wake-up preemption of running threads); workers are started from one thread kept at the original priority
-(app.worker.client.spawn_from_a_steady_thread), so they are not lowered with it. Measured on SmolLM2, 3 lanes, 96
-tokens, 2 cores, under Xvfb: one back-to-back pair of GUI runs gave 0.86–0.90 of headless at normal priority and
-0.90–1.04 lowered; resources/bench/gui_vs_headless.py (2 rounds, lowered) then gave 0.87–0.91 offscreen and
-0.89–0.91 under Xvfb, with headless itself varying by ±10 % between rounds — not yet the 5 % asked.
+wakes (lane text, plots, telemetry) and takes a core for a moment, the whole forward waits: the lanes lose about
+as much of their tokens/s as the window uses of one core (the worker measures it: LaneStats.cpu_wait_s). Workers
+are started from one thread kept at the original priority (app.worker.client.spawn_from_a_steady_thread), so they
+are never lowered with the window. The window's own threads
+(and threads they start later, which inherit it) then run in one of these modes, chosen by `SPECDECK_GUI_PRIORITY`:
 
-`SPECDECK_GUI_PRIORITY=idle` goes further: SCHED_IDLE, so the window runs only on CPU time the worker leaves
-unused and never delays its threads; the text and plots may then lag behind the lanes. Measured the same way (4
-rounds, Xvfb): 0.93 / 1.00 / 1.01 of headless (baseline / ngram / draft k=4), the window at 2 % of a core, against
-0.91–0.94 / 0.92–0.93 / 0.92–0.99 with the default. For GUI figures to quote on a 2-core machine.
+``batch`` (the default on Linux)
+    nice +10 and SCHED_BATCH (no wake-up preemption of running threads): the window still gets its few percent
+    of a core when the lanes use every core, and draws in frames (app.ui.run_controller) to keep that small.
+``idle``
+    SCHED_IDLE: the window runs only on CPU time the worker leaves unused. PyTorch lanes on 2 cores leave none
+    (their compute threads spin between kernels): the window then does not draw at all until the lanes end — its
+    event loop ran no tick in 7 s of lanes, against one every 100 ms at ``batch`` (app.ui.load measures this and
+    says so after the run). Figures then match headless, but nothing is live: for measurements, not demos.
+    nice +19 with SCHED_BATCH was no better (2–7 ticks in 11 s).
+``normal``
+    left as started.
 
-Linux only; `SPECDECK_GUI_PRIORITY=normal` keeps the GUI at normal priority.
+Linux only (elsewhere the window keeps its priority). Lowering is one-way for an unprivileged user: the kernel lets
+a thread leave SCHED_IDLE, or lower its nice value, only with CAP_SYS_NICE or RLIMIT_NICE, so the mode is fixed
+for the window's lifetime.
 """
 
 from __future__ import annotations
@@ -22,19 +29,45 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["NICE", "yield_to_worker"]
+__all__ = ["NICE", "MODES", "DEFAULT_MODE", "requested_mode", "yield_to_worker", "gui_priority"]
 
 NICE = 10
+MODES = ("idle", "batch", "normal")
+DEFAULT_MODE = "batch"
+
+_applied = "normal"
+
+
+def requested_mode() -> str:
+    """The mode `SPECDECK_GUI_PRIORITY` asks for (DEFAULT_MODE when unset or empty).
+
+    Raises:
+        ValueError: not one of MODES (the message names them).
+    """
+    mode = os.environ.get("SPECDECK_GUI_PRIORITY", "").strip().lower() or DEFAULT_MODE
+    if mode not in MODES:
+        raise ValueError(f"SPECDECK_GUI_PRIORITY={os.environ.get('SPECDECK_GUI_PRIORITY')!r} is not a mode: use one of "
+                         f"{', '.join(MODES)} (default {DEFAULT_MODE})")
+    return mode
+
+
+def gui_priority() -> str:
+    """The mode the window's threads run in ("normal" until :func:`yield_to_worker` lowered them)."""
+    return _applied
 
 
 def yield_to_worker(keep: set[int] | None = None) -> str:
-    """Lower every thread of this process (but `keep`, native thread ids) to nice NICE and SCHED_BATCH (SCHED_IDLE
-    with SPECDECK_GUI_PRIORITY=idle); threads made later by a lowered thread inherit it.
+    """Lower every thread of this process but `keep` (native thread ids) to the requested mode; threads made later
+    by a lowered thread inherit it.
 
     Returns:
-        What was done, or why not ("" when it was done).
+        "" when done, else why not (a bad `SPECDECK_GUI_PRIORITY`, not Linux, the kernel refused; "normal" asked).
     """
-    mode = os.environ.get("SPECDECK_GUI_PRIORITY", "").lower()
+    global _applied
+    try:
+        mode = requested_mode()
+    except ValueError as e:
+        return f"kept at normal priority: {e}"
     if mode == "normal":
         return "kept at normal priority (SPECDECK_GUI_PRIORITY=normal)"
     if not sys.platform.startswith("linux"):
@@ -52,4 +85,5 @@ def yield_to_worker(keep: set[int] | None = None) -> str:
             os.sched_setscheduler(tid, os.SCHED_IDLE if mode == "idle" else os.SCHED_BATCH, os.sched_param(0))
         except (OSError, AttributeError) as e:
             return f"not lowered ({e})"
+    _applied = mode
     return ""

@@ -5,6 +5,11 @@ and fans every event out to the run sinks (lane views, plots, results, status ba
     ctl.start(RunPlan(target, setups, prompts, sampling, warmup_tokens=4))   # warm-up, then the recorded run
     ctl.stop()                                                               # both runs cancelled
 
+While a run is going the controller paints in frames: a timer (:func:`frame_ms`: 20 a second, 10 on a machine with
+few cores, where the window shares the lanes' cores) delivers the steps that arrived since the last frame (the
+bridge batches them instead of waking the GUI thread per step), then calls each sink's optional ``on_frame()``
+(the lane text is drawn there). Ends, errors and the worker's state still go out at once.
+
 While a run is going, the worker sends at least a Heartbeat every second (from a thread of its own, even during a
 long forward or load). When nothing at all arrives for :data:`SILENT_S` seconds, the controller tells the sinks
 (a :class:`WorkerSilence` event) and :meth:`RunController.stop` kills the worker instead of asking it to cancel.
@@ -19,15 +24,25 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.events import RunError
 from app.ui.bridge import WorkerBridge
+from app.ui.load import FEW_CORES, cpu_cores
 from app.ui.sinks import RunSink, WorkerSilence
 from app.worker.group import WorkerGroup
 from app.worker.messages import Heartbeat, RunFinished, WorkerDied, WorkerReady
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["RunController", "WorkerSilence", "SILENT_S"]
+__all__ = ["RunController", "WorkerSilence", "SILENT_S", "FRAME_MS", "FEW_CORES_FRAME_MS", "frame_ms"]
 
 #: seconds without any event from a running worker (heartbeats included) before it is called silent
 SILENT_S = 20.0
+#: a display frame during a run (steps delivered, lane text drawn): 20 a second…
+FRAME_MS = 50
+#: …and 10 a second on a machine with at most FEW_CORES cores (the window's every wake-up takes a core from the lanes)
+FEW_CORES_FRAME_MS = 100
+
+
+def frame_ms(cores: int | None = None) -> int:
+    """Milliseconds between display frames during a run on a machine with `cores` cores (default: this one's)."""
+    return FEW_CORES_FRAME_MS if (cores if cores is not None else cpu_cores()) <= FEW_CORES else FRAME_MS
 
 
 class RunController(QObject):
@@ -63,6 +78,10 @@ class RunController(QObject):
         self.watchdog = QTimer(self)
         self.watchdog.setInterval(1000)
         self.watchdog.timeout.connect(self._check_silence)
+        self.frame = QTimer(self)
+        self.frame.setInterval(frame_ms())
+        self.frame.timeout.connect(self._frame)
+        self.frames = 0  # frames drawn during runs (tests)
         self.bridge.event.connect(self._on_event)
         self.bridge.state.connect(self._on_state)
 
@@ -81,6 +100,8 @@ class RunController(QObject):
         self.watchdog.start(int(1000 * min(1.0, self.silent_s / 4)))
         for s in self.sinks:
             s.start_run(plan, self.results)
+        self.bridge.set_batching(True)
+        self.frame.start()
         warm = plan.warmup_command()
         if warm is not None:
             self.bridge.run(warm)
@@ -165,9 +186,22 @@ class RunController(QObject):
         for s in self.sinks:
             s.on_event(ev, t)
 
+    def _frame(self) -> None:
+        """Display frame: deliver the steps that arrived since the last one, then let the sinks draw."""
+        self.bridge.pump()
+        if not self.running:
+            return
+        self.frames += 1
+        for s in self.sinks:
+            f = getattr(s, "on_frame", None)
+            if f is not None:
+                f()
+
     def _finish(self, stopped: bool) -> None:
         assert self.results is not None and self.plan is not None
         self.running = False
+        self.frame.stop()
+        self.bridge.set_batching(False)
         self.watchdog.stop()
         self.silent = self._killing = False
         self.results.mark_finished(stopped)

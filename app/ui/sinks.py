@@ -35,6 +35,9 @@ class RunSink(Protocol):
     def set_theme(self, theme: Theme) -> None:
         """Restyle for a light or dark theme."""
 
+    # Optional: ``on_frame() -> None``, called once per display frame while a run is going, after the frame's
+    # events were delivered (app.ui.run_controller.frame_ms): the place to draw what accumulated.
+
 
 @dataclass(frozen=True)
 class WorkerSilence:

@@ -86,6 +86,7 @@ class RunStatusBar:
     """
 
     def __init__(self, bar: QStatusBar) -> None:
+        bar.setAutoFillBackground(True)  # opaque: its updates do not repaint the window beneath it
         self.bar = bar
         self.label = ElidedLabel("ready")
         self.label.setObjectName("statusMessage")

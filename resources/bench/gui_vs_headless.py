@@ -7,7 +7,9 @@ Runs, alternating (the order rotates every round, so drift of the machine's load
                       --autorun --quit-after-run --export B --settings tmp.ini        (one per --platform)
 
 and prints per-setup tokens/s side by side (median over the rounds, and every round's value) with the ratio
-GUI / headless, plus the load average around each run and the GUI's and the worker's CPU during the GUI runs.
+GUI / headless, how long the lanes waited for a CPU (the worker's run-queue delay, LaneStats.cpu_wait_s: what other
+processes took from them, a steadier figure than tokens/s), plus the load average around each run and, for the GUI
+runs, the window's and the worker's CPU and how late the window's event loop ran (is the window still live?).
 
     python resources/bench/gui_vs_headless.py --rounds 3 --platform offscreen --platform xvfb
 
@@ -68,6 +70,11 @@ def per_setup(doc: dict) -> dict[str, float]:
     return {r["setup"]: r["tokens_per_s"] for r in doc.get("runs", []) if r.get("tokens_per_s") is not None}
 
 
+def cpu_waits(doc: dict) -> dict[str, float]:
+    """setup → its lanes' CPU wait, percent of their time (setups without the figure are left out)."""
+    return {r["setup"]: 100 * r["cpu_wait_share"] for r in doc.get("summary", []) if r.get("cpu_wait_share") is not None}
+
+
 def gui_cpu(doc: dict) -> tuple[float, float]:
     """(GUI, worker) mean CPU % of one core while the lanes ran (the export's own figure when it has one, else
     the mean over every telemetry sample of the run)."""
@@ -121,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
     kinds = ["bench", *platforms]
     tps: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
+    waits: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
+    lags: dict[str, list[float]] = {k: [] for k in platforms}
     cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in platforms}
     loads: list[float] = []
     print(f"CPU: {cpu_line()}")
@@ -141,17 +150,28 @@ def main(argv: list[str] | None = None) -> int:
             got = per_setup(doc)
             for s, v in got.items():
                 tps[kind].setdefault(s, []).append(v)
+            for s, v in cpu_waits(doc).items():
+                waits[kind].setdefault(s, []).append(v)
             extra = ""
             if kind != "bench":
                 g, w = gui_cpu(doc)
                 cpu[kind].append((g, w))
-                extra = f"; GUI CPU {g:.0f} %, worker {w:.0f} % of one core"
+                lag = ((doc.get("gui") or {}).get("load") or {}).get("lag_max_ms")
+                if lag is not None:
+                    lags[kind].append(lag)
+                extra = f"; GUI CPU {g:.0f} %, worker {w:.0f} % of one core" + (f", event loop ≤ {lag:.0f} ms late" if lag is not None else "")
             print(f"round {rnd + 1} {kind:>9}: " + ", ".join(f"{s} {v:.2f}" for s, v in got.items())
                   + f" tok/s  ({wall:.0f} s, load {l0:.2f} → {l1:.2f}{extra})", flush=True)
 
     print()
     names = list(dict.fromkeys(s for k in kinds for s in tps[k]))
-    head = ["setup", "headless tok/s"] + [f"{p} tok/s" for p in platforms] + [f"{p}/headless" for p in platforms]
+    head = (["setup", "headless tok/s"] + [f"{p} tok/s" for p in platforms] + [f"{p}/headless" for p in platforms]
+            + ["CPU wait: headless"] + list(platforms))
+
+    def med_wait(kind: str, s: str) -> str:
+        w = waits[kind].get(s, [])
+        return f"{statistics.median(w):.1f} %" if w else "–"
+
     rows = []
     for s in names:
         h = tps["bench"].get(s, [])
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             gm = statistics.median(g) if g else float("nan")
             row.append(f"{gm:.2f} ({', '.join(f'{x:.1f}' for x in g)})")
             ratios.append(f"{gm / hm:.3f}" if h and g else "–")
-        rows.append(row + ratios)
+        rows.append(row + ratios + [med_wait(k, s) for k in kinds])
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
@@ -171,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         if cpu[p]:
             g = statistics.fmean(x[0] for x in cpu[p])
             w = statistics.fmean(x[1] for x in cpu[p])
-            print(f"{p}: GUI process {g:.0f} % of one core, worker {w:.0f} % during the GUI runs")
+            late = f"; its event loop ran up to {max(lags[p]):.0f} ms late" if lags[p] else ""
+            print(f"{p}: GUI process {g:.0f} % of one core, worker {w:.0f} % during the GUI runs{late}")
     if loads:
         print(f"load average (1 min) around the runs: {min(loads):.2f} – {max(loads):.2f}, mean {statistics.fmean(loads):.2f}")
     return 0

@@ -1,7 +1,8 @@
 """The window takes as little CPU as it can from the lanes it measures (they share the machine's cores): plots at
-most 10 Hz and lane text at most 20 Hz during a run, per-step plot figures computed once (not per frame over the
-whole history), axes cached and ranges grown in steps, live plots that can be switched off; and it says when its
-own CPU use may have slowed the lanes."""
+most 10 Hz and lane text at most 20 Hz during a run (1 Hz and 10 Hz on few cores), steps delivered in frames rather
+than one wake-up each, per-step plot figures computed once (not per frame over the whole history), axes cached and
+ranges grown in steps, opaque lanes (new text does not repaint the window), live plots that can be switched off;
+and it says when the lanes waited for a CPU, when its own CPU use may have slowed them, and when they starved it."""
 
 from __future__ import annotations
 
@@ -67,12 +68,14 @@ def test_rolling_figures_are_computed_once_per_step_and_match_the_whole_history_
     np.testing.assert_allclose(v[:, _ALPHA], alpha)
 
 
-def test_during_a_run_plots_draw_at_most_10_hz_and_lane_text_at_most_20_hz(qtbot, win):
+def test_during_a_run_plots_and_lane_text_draw_at_capped_rates(qtbot, win):
+    """Plots at most 5 Hz and lane text at most 20 Hz (every 2 s and 10 Hz on a machine with few cores, like CI's),
+    headers at most 2 Hz (1 Hz), however fast the steps come."""
     from PySide6.QtWidgets import QGraphicsItem
 
     from app.core.events import LaneStarted
-    from app.ui.lanes_area import FRAME_MS, HEADER_HZ
     from app.ui.plots import RUN_INTERVAL_MS
+    from app.ui.run_controller import FRAME_MS, frame_ms
 
     assert RUN_INTERVAL_MS >= 100 and FRAME_MS >= 50
     _start(qtbot, win)
@@ -91,15 +94,15 @@ def test_during_a_run_plots_draw_at_most_10_hz_and_lane_text_at_most_20_hz(qtbot
     view.update_header = counted
     t0 = time.monotonic()
     n = 0
-    while time.monotonic() - t0 < 2.0:  # ~200 steps a second: far more than a CPU model makes
+    while time.monotonic() - t0 < max(2.0, 2.5 * plots.interval_ms / 1000):  # ~200 steps a second: more than a CPU model makes
         n += 1
         win.bridge.feed(make_step(f"L{n % 3 + 1}", n // 3, t_s=n * 0.005))
         qtbot.wait(5)
     elapsed = time.monotonic() - t0
-    assert plots.redraws - r0 <= 10 * elapsed + 2, (plots.redraws - r0, elapsed)
-    assert lanes.frames - f0 <= 20 * elapsed + 2, (lanes.frames - f0, elapsed)
-    assert len(headers) <= HEADER_HZ * elapsed + 2
-    assert plots.redraws - r0 >= 3 and lanes.frames - f0 >= 3  # and they do draw
+    assert plots.redraws - r0 <= elapsed * 1000 / plots.interval_ms + 2, (plots.redraws - r0, elapsed)
+    assert lanes.frames - f0 <= elapsed * 1000 / frame_ms() + 2, (lanes.frames - f0, elapsed)
+    assert len(headers) <= elapsed / view.header_s + 2
+    assert plots.redraws - r0 >= 1 and lanes.frames - f0 >= 3  # and they do draw
     for p in (plots.p_tps, plots.p_alpha, plots.p_pos, plots.p_sys):
         for ax in ("left", "bottom"):
             assert p.getAxis(ax).cacheMode() == QGraphicsItem.CacheMode.DeviceCoordinateCache
@@ -228,3 +231,155 @@ def test_gui_export_writes_the_run_report_when_the_run_ends(tiny_pair, tmp_path)
     assert doc["mode"] == "interleaved" and doc["telemetry"] and doc["gui"]["live_plots"] is True
     load = doc["gui"]["load"]
     assert load["cores"] >= 1 and load["seconds"] > 0 and set(load) >= {"gui_cpu_pct", "worker_cpu_pct", "note"}
+
+
+def test_the_load_meter_sees_an_event_loop_that_could_not_run(qtbot):
+    """The window times its own event loop while the lanes run: a loop held for 1.2 s shows as a tick that late,
+    and the window then says the lanes starved it."""
+    from app.core.events import LaneStarted
+    from app.ui.load import LoadMeter, load_notes
+
+    m = LoadMeter(tick_ms=50)
+    m.on_event(LaneStarted("L1", "baseline", "p", 0, (1,), "x"), time.monotonic())
+    qtbot.wait(200)
+    time.sleep(1.2)  # the GUI thread is busy: no tick can run
+    qtbot.wait(200)
+    m.finish(None)
+    n = len(m.lags_ms)
+    qtbot.wait(150)
+    assert len(m.lags_ms) == n  # stopped with the run
+    load = m.measure([], cores=2)
+    assert load["lag_max_ms"] >= 1100 and load["lag_ticks"] >= 4
+    notes = load_notes(None, 2, load["lag_max_ms"], "idle")
+    assert notes and notes[-1][0].startswith("the window lagged up to 1.")
+    assert "SPECDECK_GUI_PRIORITY=idle" in notes[-1][1]
+
+
+@pytest.mark.parametrize("wait, gui, said", [(7.0, 3.0, "the lanes waited for a CPU 7% of their time"), (2.0, 12.0, None),
+                                             (None, 12.0, "the window used 12% of a core")])
+def test_the_lanes_own_cpu_wait_decides_the_note(wait, gui, said):
+    """Where the worker measured how long the lanes waited for a CPU, that decides (not the window's CPU use)."""
+    from app.ui.load import load_notes
+
+    notes = load_notes(gui, 2, lanes_wait_pct=wait)
+    assert [h for h, _ in notes] == ([said] if said else [])
+    if said and wait is not None:
+        assert f"the window used {gui:.0f}% of a core" in notes[0][1] and "bench" in notes[0][1]
+
+
+def test_during_a_run_steps_wait_for_the_next_frame(qtbot):
+    """While batching, a step does not wake the GUI thread: it is delivered by the next frame's pump(); a run's end
+    and the worker's death still come at once."""
+    from app.ui.bridge import WorkerBridge
+    from app.worker.messages import RunFinished
+
+    b = WorkerBridge()
+    got = []
+    b.event.connect(lambda ev, t: got.append(ev))
+    b.set_batching(True)
+    b._on_event(make_step("L1", 0))  # as the draining thread does
+    qtbot.wait(100)
+    assert got == []
+    b.pump()
+    assert len(got) == 1
+    b._on_event(make_step("L1", 1))
+    b._on_event(RunFinished("run1"))  # not batched: wakes the GUI thread, and the step before it goes too
+    qtbot.waitUntil(lambda: len(got) == 3, timeout=2000)
+    assert isinstance(got[-1], RunFinished)
+    b._on_event(make_step("L1", 2))
+    b.set_batching(False)  # the run ended: what waits goes out now
+    assert len(got) == 4
+
+
+def test_frames_are_slower_on_a_machine_with_few_cores(qtbot, monkeypatch):
+    from app.ui.run_controller import FEW_CORES_FRAME_MS, FRAME_MS, frame_ms
+
+    assert frame_ms(cores=2) == FEW_CORES_FRAME_MS == 100 and frame_ms(cores=16) == FRAME_MS == 50
+    from app.ui import plots as P
+
+    monkeypatch.setattr(P, "cpu_cores", lambda: 2)
+    few = P.PlotPanel()
+    qtbot.addWidget(few)
+    monkeypatch.setattr(P, "cpu_cores", lambda: 32)
+    many = P.PlotPanel()
+    qtbot.addWidget(many)
+    assert (few.interval_ms, few.frame_budget) == (P.FEW_CORES_INTERVAL_MS, P.FEW_CORES_FRAME_BUDGET) == (2000, 0.01)
+    assert (many.interval_ms, many.frame_budget) == (P.RUN_INTERVAL_MS, P.FRAME_BUDGET)
+
+
+def test_new_lane_text_repaints_the_lane_not_the_window(qtbot, win):
+    """A lane's text area and the lane itself are opaque: a frame of new tokens repaints the text, not the lanes
+    area and the window beneath it (with a style sheet on the text area it repainted the whole window each frame)."""
+    from PySide6.QtCore import QEvent, QObject, QPoint, QRect
+
+    from app.core.events import LaneStarted
+
+    _start(qtbot, win)
+    for i, s in enumerate(SETUPS):
+        win.bridge.feed(LaneStarted(f"L{i + 1}", s, "custom", 0, (1,), "x"))
+    qtbot.wait(300)
+    painted: dict[str, int] = {}
+
+    class Count(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Type.Paint:
+                painted[obj.objectName() or type(obj).__name__] = painted.get(obj.objectName() or type(obj).__name__, 0) + 1
+                if obj is win:
+                    window_rects.append(ev.rect())
+            return False
+
+    window_rects: list = []
+
+    f = Count()
+    view = win.lane_by_id["L1"]
+    for w in (win, win.lanes, view, view.text.viewport()):
+        w.installEventFilter(f)
+    for n in range(10):
+        win.bridge.feed(make_step("L1", n))
+        qtbot.wait(120)
+    assert painted.get("qt_scrollarea_viewport", 0) >= 3  # the text did repaint
+    lanes_rect = QRect(win.lanes.mapTo(win, QPoint(0, 0)), win.lanes.size())
+    assert painted.get("LanesArea", 0) == 0, painted
+    # the lane itself repaints for its header's figures (once a second at most), not under every frame of text
+    assert painted.get("LaneView", 0) <= painted["qt_scrollarea_viewport"] / 2, painted
+    assert not [r for r in window_rects if r.intersects(lanes_rect)], (window_rects, lanes_rect)
+
+
+def test_on_few_cores_the_plot_view_is_held_between_redraws(qtbot, win, monkeypatch):
+    """During a run on a machine with few cores the plot view paints right after a redraw and is held between them
+    (its items asked for two or three repaints per redraw); the mouse over the plots releases it, the run's end too."""
+    from PySide6.QtCore import QEvent, QPointF
+    from PySide6.QtGui import QEnterEvent
+    from PySide6.QtWidgets import QApplication
+
+    from app.core.events import LaneStarted, RunDone
+    from app.ui.plots import HOLD_AFTER_MS
+    from app.worker.messages import RunFinished
+
+    plots = win.plots
+    plots.hold_between_redraws = True
+    rid = _start(qtbot, win)
+    win.bridge.feed(LaneStarted("L1", SETUPS[0], "custom", 0, (1,), "x"))
+    for i in range(20):
+        win.bridge.feed(make_step("L1", i))
+    r0, p0 = plots.redraws, plots.paints
+    plots.redraw(force=True)
+    qtbot.waitUntil(lambda: plots.paints > p0, timeout=2000)  # the redraw is painted…
+    qtbot.waitUntil(lambda: not plots.glw.updatesEnabled(), timeout=2000)  # …then the view is held
+    assert plots.redraws == r0 + 1
+    held = plots.paints
+    for i in range(20, 40):
+        win.bridge.feed(make_step("L1", i))
+    plots.glw.update()
+    qtbot.wait(200)
+    assert plots.paints == held  # nothing painted while held
+    vp = plots.glw.viewport()
+    QApplication.sendEvent(vp, QEnterEvent(QPointF(5, 5), QPointF(5, 5), QPointF(5, 5)))
+    assert plots.glw.updatesEnabled()  # the user looks at the plots: live again
+    QApplication.sendEvent(vp, QEvent(QEvent.Type.Leave))
+    for lid, s in zip(("L1", "L2", "L3"), SETUPS, strict=True):
+        win.bridge.feed(RunDone(lid, make_stats(s, (1, 2, 3), 1.0)))
+    with qtbot.waitSignal(win.runEnded, timeout=2000):
+        win.bridge.feed(RunFinished(rid))
+    qtbot.wait(HOLD_AFTER_MS + 100)
+    assert plots.glw.updatesEnabled()  # the run ended: never held between runs

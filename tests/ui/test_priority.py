@@ -1,6 +1,6 @@
-"""The GUI yields the CPU to the worker: its threads drop to nice +10 / SCHED_BATCH, while workers — started from a
-thread kept at the original priority — stay at normal priority (app.ui.priority). Run in a fresh process, so the
-test process itself is not lowered."""
+"""The GUI yields the CPU to the worker: by default its threads drop to nice +10 / SCHED_BATCH (SCHED_IDLE on
+request), while workers — started from a thread kept at the original priority — stay at normal priority
+(app.ui.priority). Run in a fresh process, so the test process itself is not lowered."""
 
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ CODE = textwrap.dedent("""
     if __name__ == "__main__":
         keep = spawn_from_a_steady_thread()
         msg = yield_to_worker(keep={keep})
+        from app.ui.priority import gui_priority
         later = []
         t = threading.Thread(target=lambda: later.append(stat(os.getpid(), threading.get_native_id())))
         t.start(); t.join()
         c = WorkerClient()
         ready = c.start()
-        out = {"msg": msg, "main": stat(os.getpid(), os.getpid()), "spawner": stat(os.getpid(), keep), "later": later[0],
+        out = {"msg": msg, "mode": gui_priority(), "main": stat(os.getpid(), os.getpid()), "spawner": stat(os.getpid(), keep), "later": later[0],
                "worker": stat(ready.pid, ready.pid)}
         c.stop()
         print(json.dumps(out))
@@ -44,7 +45,7 @@ def test_gui_threads_yield_and_workers_do_not():
                          env={**os.environ, "SPECDECK_GUI_PRIORITY": ""})
     r = json.loads(out.stdout.strip().splitlines()[-1])
     batch = 3  # SCHED_BATCH
-    assert r["msg"] == "" and r["main"] == [10, batch] and r["later"] == [10, batch]  # threads made later inherit it
+    assert r["msg"] == "" and r["mode"] == "batch" and r["main"] == [10, batch] and r["later"] == [10, batch]  # threads made later inherit it
     assert r["spawner"] == [0, 0] and r["worker"] == [0, 0]  # the worker is not lowered with the GUI
 
 
@@ -75,3 +76,13 @@ def test_normal_priority_on_request():
             del os.environ["SPECDECK_GUI_PRIORITY"]
         else:
             os.environ["SPECDECK_GUI_PRIORITY"] = old
+
+
+def test_a_bad_mode_is_named_with_the_choices():
+    import os
+
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, "SPECDECK_GUI_PRIORITY": "fast"})
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["msg"].startswith("kept at normal priority: SPECDECK_GUI_PRIORITY='fast' is not a mode: use one of idle, batch, normal")
+    assert r["mode"] == "normal" and r["main"] == [0, 0]
