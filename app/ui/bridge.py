@@ -5,8 +5,8 @@ receipt time (``time.monotonic()``) and appends it to a lock-free deque; one que
 brings the GUI thread to :meth:`WorkerBridge._pump`, which re-emits each event as Qt signals. While a run is
 going the run controller sets :attr:`WorkerBridge.batching`: the many-a-second events (steps, progress,
 heartbeats) then wake nobody and wait for the controller's next display frame (:meth:`WorkerBridge.pump`), so the
-GUI thread wakes a few times a second rather than once per step (each wake-up takes a core from the lanes). The GUI never
-blocks on the worker: the worker starts on a plain thread ("starting worker…"), commands are sent once it is
+GUI thread wakes a few times a second rather than once per step (each wake-up takes a core from the lanes). The
+GUI never blocks on the worker: the worker starts on a plain thread ("starting worker…"), commands are sent once it is
 ready, and a dead worker is restarted by the next :meth:`run`. Events the bridge makes itself (a run that could
 not be sent, a worker that did not start) take the same path as the worker's.
 """

@@ -2,9 +2,9 @@
 
 Lane text is rendered once per display frame while a run is going (:meth:`LanesArea.on_frame`, called by the run
 controller 20 times a second, 10 on a machine with few cores: app.ui.run_controller.frame_ms): each frame inserts
-every lane's new tokens in one batch; the headers' figures change at most
-:data:`HEADER_HZ` times a second (a label's new text lays the lane out again; once a second on few cores). A lane's badge ("✓ identical to
-baseline") appears as it ends, once the baseline's result is in.
+every lane's new tokens in one batch; the headers' figures change at most :data:`HEADER_HZ` times a second (a
+label's new text lays the lane out again; once a second on few cores). A lane's badge ("✓ identical to baseline")
+appears as it ends, once the baseline's result is in.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ class LanesArea(QWidget):
             self.grid.setColumnStretch(c, 1 if c < cols else 0)
 
     def on_frame(self) -> None:
+        """RunSink's display frame: draw what arrived since the last one."""
         self.flush()
 
     def flush(self) -> None:

@@ -20,8 +20,8 @@ import time
 from app.core.events import LaneStarted
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_note", "load_notes", "lag_summary", "FEW_CORES", "GUI_CPU_NOTE_PCT", "LANES_WAIT_NOTE_PCT", "LAG_TICK_MS",
-           "LAG_NOTE_MS"]
+__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_note", "load_notes", "lag_summary", "FEW_CORES", "GUI_CPU_NOTE_PCT",
+           "LANES_WAIT_NOTE_PCT", "LAG_TICK_MS", "LAG_NOTE_MS"]
 
 #: a machine with at most this many cores shares them between the window and the worker's lanes
 FEW_CORES = 4

@@ -6,9 +6,9 @@ sampler's thread through a deque). Each step's smoothed tokens/s and rolling α 
 ``setData`` per series: at most 5 Hz while a run is going, and less on a slow machine (a frame may take
 :data:`FRAME_BUDGET` of a core); on a machine with few cores (app.ui.load.FEW_CORES), where every frame is taken
 from the lanes' cores, every 2 s at most and within 1 % of a core, and the view is held between redraws (pyqtgraph
-items repainted it two or three times per redraw: ranges, labels, regions; the mouse over the plots releases it); per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz
-between runs; never while
-the panel is hidden or live plots are off (:meth:`PlotPanel.set_live`; the run's end draws everything once).
+items repainted it two or three times per redraw: ranges, labels, regions; the mouse over the plots releases it);
+per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz between runs; never while the panel is hidden or live plots
+are off (:meth:`PlotPanel.set_live`; the run's end draws everything once).
 The window shares a few-core machine with the lanes it measures, so drawing is kept cheap: axes are cached as
 pixmaps (a plot's grid lines make its axis repaint whenever a curve changes otherwise), and ranges grow in
 steps (1, 1.5, 2, 3, 5, 7.5 × 10^k) instead of auto-ranging on every point, so axes are laid out again a few
@@ -37,7 +37,8 @@ from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
 
 __all__ = ["Ring", "PlotPanel", "Phase", "nice_ceiling", "RUN_INTERVAL_MS", "IDLE_INTERVAL_MS", "TELEMETRY_INTERVAL_S",
-           "BARS_INTERVAL_S", "FRAME_BUDGET", "FEW_CORES_INTERVAL_MS", "FEW_CORES_FRAME_BUDGET"]
+           "BARS_INTERVAL_S", "FRAME_BUDGET", "FEW_CORES_INTERVAL_MS", "FEW_CORES_FRAME_BUDGET",
+           "HOLD_AFTER_MS"]
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
@@ -56,6 +57,8 @@ FEW_CORES_INTERVAL_MS = 2000
 FEW_CORES_FRAME_BUDGET = 0.01
 #: on few cores the view is held again this long after a redraw released it (its paint is queued, then done)
 HOLD_AFTER_MS = 40
+
+
 class PlotPanel(QWidget):
     """The plot dock's content.
 
