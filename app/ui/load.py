@@ -2,8 +2,9 @@
 
 On a machine with few cores the worker's lanes and the window share them: every percent the window paints with
 is a percent a lane's clock may lose. :class:`LoadMeter` notes when the recorded lanes started and ended, and
-:func:`run_load` averages the window's ("gui") and the worker's CPU over that stretch; the window shows
-:func:`load_note` when the share looks large enough to distort the figures.
+:func:`run_load` averages the window's ("gui") and the worker's CPU over that stretch; :meth:`LoadMeter.evaluate`
+adds the lanes' own CPU wait and gives the notes the window shows when the figures may be distorted. The window's
+telemetry sampler (:func:`start_sampler`, the samples these figures come from) is started here too.
 
 The window's threads run at lowered priority (app.ui.priority); the lower, the less they slow the lanes but the
 more a worker that leaves no CPU idle starves them. So the meter also times the window's own event loop while the
@@ -18,10 +19,11 @@ import os
 import time
 
 from app.core.events import LaneStarted
+from app.core.metrics import cpu_wait_share
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_note", "load_notes", "lag_summary", "FEW_CORES", "GUI_CPU_NOTE_PCT",
-           "LANES_WAIT_NOTE_PCT", "LAG_TICK_MS", "LAG_NOTE_MS"]
+__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_notes", "lag_summary", "start_sampler", "prepare_sampler", "FEW_CORES",
+           "GUI_CPU_NOTE_PCT", "LANES_WAIT_NOTE_PCT", "LAG_TICK_MS", "LAG_NOTE_MS", "TELEMETRY_HZ", "FEW_CORES_TELEMETRY_HZ"]
 
 #: a machine with at most this many cores shares them between the window and the worker's lanes
 FEW_CORES = 4
@@ -34,6 +36,11 @@ LANES_WAIT_NOTE_PCT = 5.0
 LAG_TICK_MS = 250
 #: a tick this late (ms) means the window could not answer the user promptly: the note says so
 LAG_NOTE_MS = 1000.0
+#: telemetry samples a second in the window (the plot shows CPU over half-second windows, and every sample is
+#: work taken from the lanes on a machine with few cores)…
+TELEMETRY_HZ = 5.0
+#: …and on a machine with at most FEW_CORES cores, where the sampler's reads come out of the lanes' cores
+FEW_CORES_TELEMETRY_HZ = 2.0
 
 
 def cpu_cores() -> int:
@@ -72,12 +79,6 @@ def load_notes(gui_cpu_pct: float | None, cores: int, lag_max_ms: float | None =
     return notes
 
 
-def load_note(gui_cpu_pct: float | None, cores: int, lag_max_ms: float | None = None, priority: str = "",
-              lanes_wait_pct: float | None = None) -> str:
-    """:func:`load_notes` as one sentence ("" when there is nothing to say)."""
-    return "; ".join(n for _, n in load_notes(gui_cpu_pct, cores, lag_max_ms, priority, lanes_wait_pct))
-
-
 def lag_summary(lags_ms) -> dict:
     """{"lag_p95_ms", "lag_max_ms", "lag_ticks"} of the event loop's tick lateness (ms); {} without ticks."""
     xs = sorted(lags_ms)
@@ -114,6 +115,33 @@ def run_load(samples, t0: float, t1: float, cores: int) -> dict:
 
     return {"gui_cpu_pct": mean(vals["gui"]), "worker_cpu_pct": mean(vals["worker"]), "cores": cores, "samples": n,
             "seconds": round(max(0.0, t1 - t0), 2)}
+
+
+def start_sampler(on_sample, pids) -> tuple[object | None, str]:
+    """The window's telemetry sampler, started (TELEMETRY_HZ, FEW_CORES_TELEMETRY_HZ on few cores): (sampler, its GPU
+    state line), or (None, why) when telemetry is unavailable (the package is optional for the GUI)."""
+    try:
+        from app.telemetry.sampler import TelemetrySampler
+
+        hz = FEW_CORES_TELEMETRY_HZ if cpu_cores() <= FEW_CORES else TELEMETRY_HZ
+        sampler = TelemetrySampler(rate_hz=hz, pids=pids, on_sample=on_sample)
+        sampler.start()
+        return sampler, sampler.gpu_state
+    except Exception as e:
+        return None, f"telemetry unavailable ({e})"
+
+
+def prepare_sampler(sampler, target: str, setups) -> str:
+    """A run begins: clear the sampler and add the GPUs of a served lane (its manifest's DCGM exporter) to the GPU
+    plot. Returns a warning ("" when all went well); never raises."""
+    sampler.clear()
+    try:
+        from app.engines.remote import gpu_metrics_sources
+
+        sampler.set_remote_gpus(gpu_metrics_sources(target, setups))
+    except Exception as e:  # never stops a run
+        return f"server GPU metrics unavailable: {e}"
+    return ""
 
 
 class LoadMeter:
@@ -164,6 +192,19 @@ class LoadMeter:
 
     def set_theme(self, theme) -> None:
         pass
+
+    def evaluate(self, samples, results, priority: str) -> tuple[dict, list[tuple[str, str]]]:
+        """The last run's load as the window reports it: :meth:`measure`, the window's priority mode, the recorded
+        lanes' CPU wait (`results`: RunResults or None) and the note; with :func:`load_notes`' (headline, note) pairs.
+        ({}, []) before any recorded lane started."""
+        load = self.measure(samples)
+        if not load:
+            return {}, []
+        share = cpu_wait_share(results.completed()) if results is not None else None
+        load["priority"] = priority
+        load["lanes_cpu_wait_pct"] = round(100 * share, 1) if share is not None else None
+        notes = load_notes(load.get("gui_cpu_pct"), load["cores"], load.get("lag_max_ms"), priority, load["lanes_cpu_wait_pct"])
+        return {**load, "note": "; ".join(n for _, n in notes)}, notes
 
     def measure(self, samples, cores: int | None = None) -> dict:
         """:func:`run_load` over the recorded lanes of the last run ({} before any lane started)."""

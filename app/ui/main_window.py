@@ -36,12 +36,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.errors import SpecDeckError
-from app.core.metrics import cpu_wait_share
 from app.core.prompts import Prompt
 from app.core.report import build_report
 from app.ui.cost_plot import CostPanel
 from app.ui.lanes_area import LanesArea
-from app.ui.load import FEW_CORES, LoadMeter, cpu_cores, load_notes
+from app.ui.load import LoadMeter, prepare_sampler, start_sampler
 from app.ui.plots import PlotPanel
 from app.ui.priority import gui_priority
 from app.ui.results import ResultsPanel
@@ -54,13 +53,7 @@ from app.ui.theme import DARK, LIGHT, apply_palette
 from app.worker.group import WorkerGroup
 from app.worker.plan import RunPlan
 
-__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan", "TELEMETRY_HZ", "FEW_CORES_TELEMETRY_HZ"]
-
-#: telemetry samples a second in the window (the plot shows CPU over half-second windows, and every sample is
-#: work taken from the lanes on a machine with few cores)
-TELEMETRY_HZ = 5.0
-#: on a machine with few cores (app.ui.load.FEW_CORES) the sampler's reads come out of the lanes' cores: 2 a second
-FEW_CORES_TELEMETRY_HZ = 2.0
+__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan"]
 
 
 def engine_scan():
@@ -454,14 +447,8 @@ class MainWindow(QMainWindow):
         except SpecDeckError as e:
             self.status.show_message(f"⚠ {e.message}")
             return None
-        if self.sampler is not None:
-            self.sampler.clear()
-            try:  # a served lane's GPUs (its manifest's DCGM exporter) join the GPU plot
-                from app.engines.remote import gpu_metrics_sources
-
-                self.sampler.set_remote_gpus(gpu_metrics_sources(plan.target, plan.setups))
-            except Exception as e:  # never stops a run
-                self.status.show_message(f"⚠ server GPU metrics unavailable: {e}")
+        if self.sampler is not None and (warning := prepare_sampler(self.sampler, plan.target, plan.setups)):
+            self.status.show_message(f"⚠ {warning}")
         self.save_settings()
         return self.controller.start(plan)
 
@@ -490,44 +477,23 @@ class MainWindow(QMainWindow):
         self.runEnded.emit(run_id)
 
     def _measure_load(self) -> None:
-        """The window's and the worker's CPU while the lanes ran; a note in the results and the status bar when the
-        window's share may have slowed the lanes (few cores)."""
+        """The window's and the worker's CPU while the lanes ran, the lanes' CPU wait and the window's lag; a note in
+        the results and the status bar when the figures may be distorted (app.ui.load)."""
         samples = self.sampler.samples() if self.sampler is not None else []
-        load = self.load_meter.measure(samples)
-        if load:
-            load["priority"] = gui_priority()
-            r = self.controller.results
-            share = cpu_wait_share(r.completed()) if r is not None else None  # the recorded lanes
-            load["lanes_cpu_wait_pct"] = round(100 * share, 1) if share is not None else None
-        notes = load_notes(load.get("gui_cpu_pct"), load["cores"], load.get("lag_max_ms"), load["priority"],
-                           load["lanes_cpu_wait_pct"]) if load else []
-        note = "; ".join(n for _, n in notes)
-        self.run_load = {**load, "note": note} if load else {}
-        self.results.set_load_note(("⚠ " + note) if note else "")
+        self.run_load, notes = self.load_meter.evaluate(samples, self.controller.results, gui_priority())
+        self.results.set_load_note(("⚠ " + self.run_load["note"]) if notes else "")
         if notes:
             self.status.show_message(f"{self.status.label.text()} · ⚠ {' · '.join(h for h, _ in notes)} (see Results)")
 
     def _start_telemetry(self) -> None:
-        try:
-            from app.telemetry.sampler import TelemetrySampler
-        except Exception as e:  # the telemetry package is optional for the GUI
-            self.plots.set_gpu_state(f"telemetry unavailable ({e})")
-            return
-
         def pids():
             d = {"gui": os.getpid()}
             if self.bridge.pid:
                 d["worker"] = self.bridge.pid
             return d
 
-        try:
-            hz = FEW_CORES_TELEMETRY_HZ if cpu_cores() <= FEW_CORES else TELEMETRY_HZ
-            self.sampler = TelemetrySampler(rate_hz=hz, pids=pids, on_sample=self.plots.add_sample)
-            self.plots.set_gpu_state(self.sampler.gpu_state)
-            self.sampler.start()
-        except Exception as e:
-            self.sampler = None
-            self.plots.set_gpu_state(f"telemetry unavailable ({e})")
+        self.sampler, state = start_sampler(self.plots.add_sample, pids)
+        self.plots.set_gpu_state(state)
 
     # ================================================================================= exports
     def report(self) -> dict:

@@ -81,7 +81,6 @@ class RunController(QObject):
         self.frame = QTimer(self)
         self.frame.setInterval(frame_ms())
         self.frame.timeout.connect(self._frame)
-        self.frames = 0  # frames drawn during runs (tests)
         self.bridge.event.connect(self._on_event)
         self.bridge.state.connect(self._on_state)
 
@@ -191,7 +190,6 @@ class RunController(QObject):
         self.bridge.pump()
         if not self.running:
             return
-        self.frames += 1
         for s in self.sinks:
             f = getattr(s, "on_frame", None)
             if f is not None:

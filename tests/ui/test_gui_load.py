@@ -165,9 +165,9 @@ def test_run_load_averages_the_recorded_stretch():
 
 @pytest.mark.parametrize("gui, cores, said", [(12.0, 2, True), (4.0, 2, False), (30.0, 16, False), (5.0, 4, True)])
 def test_load_note_only_on_few_cores_and_a_busy_window(gui, cores, said):
-    from app.ui.load import load_note
+    from app.ui.load import load_notes
 
-    note = load_note(gui, cores)
+    note = "; ".join(n for _, n in load_notes(gui, cores))
     assert bool(note) == said
     if said:
         assert note.startswith(f"the window used {gui:.0f}% of a core during the run; on {cores} cores that can slow the lanes")
