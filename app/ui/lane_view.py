@@ -1,9 +1,11 @@
 """One lane on screen: a live header (tokens/s, α, τ, steps, elapsed, badge) over coloured token text.
 
 StepEvents are folded into a pending list when they arrive (cheap) and rendered by :meth:`LaneView.flush`,
-which the window calls from one 20 Hz timer while a run is going: consecutive tokens of one kind go into the
-document with a single ``insertText``; the header's figures are refreshed at most ``header_hz`` times a second. The document keeps at most ``max_tokens`` tokens (older text is trimmed in chunks),
-so a very long run neither grows memory without bound nor slows every repaint.
+which the window calls once per display frame while a run is going (app.ui.run_controller.frame_ms):
+consecutive tokens of one kind go into the document with a single ``insertText``; the header's figures are
+refreshed at most ``header_hz`` times a second, and on a machine with few cores the scroll bar is held still
+(:meth:`LaneView.hold_scrollbar`). The document keeps at most ``max_tokens`` tokens (older text is trimmed in
+chunks), so a very long run neither grows memory without bound nor slows every repaint.
 """
 
 from __future__ import annotations
@@ -155,6 +157,8 @@ class LaneView(QFrame):
         self.show_rejected = True
         self._fmts: dict = {}  # kind index → QTextCharFormat, for _fmts_theme
         self._fmts_theme: Theme | None = None
+        self._hold_scrollbar = False  # see hold_scrollbar
+        self._hover = False
         self.setObjectName("LaneView")
         # opaque: a header label's new text repaints this lane only, not the lanes area and the window beneath it
         self.setAutoFillBackground(True)
@@ -162,6 +166,7 @@ class LaneView(QFrame):
         self.setMinimumWidth(220)
 
         self.title = QLabel()
+        self.title.setAutoFillBackground(True)
         self.title.setTextFormat(Qt.TextFormat.RichText)
         self.title.setWordWrap(True)
         self.status = QLabel("idle")
@@ -171,6 +176,11 @@ class LaneView(QFrame):
         self.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.stats_label.setMinimumWidth(40)
         self.stats_label.setWordWrap(True)  # a narrow lane wraps between the figures instead of clipping them
+        sf = QFont("DejaVu Sans Mono")
+        sf.setStyleHint(QFont.StyleHint.Monospace)
+        sf.setPixelSize(11)
+        self.stats_label.setFont(sf)
+        self.stats_label.setAutoFillBackground(True)
         self.badge = QLabel("")
         self.badge.setObjectName("laneBadge")
         self.badge.hide()
@@ -269,7 +279,11 @@ class LaneView(QFrame):
         self.status.setStyleSheet(
             f"QLabel {{ background:{chip[0]}; color:{chip[1]}; border-radius:8px; padding:1px 8px; font-weight:600 }}"
         )
-        self.stats_label.setStyleSheet(f"color:{t.text}; font-family:'DejaVu Sans Mono'; font-size:11px")
+        # the figures change every second during a run: palette and font, not a style sheet, and an opaque label,
+        # so that a new text repaints the label alone (a styled label is see-through: the lane was repainted too)
+        sp = self.stats_label.palette()
+        sp.setColor(QPalette.ColorRole.WindowText, QColor(t.text))
+        self.stats_label.setPalette(sp)
         self.error.setStyleSheet(f"QLabel {{ background:{t.error_bg}; color:{t.rejected}; border-radius:4px; padding:4px 6px }}")
         self.notice.setStyleSheet(f"QLabel {{ background:{t.warn_bg}; color:{t.correction}; border-radius:4px; padding:4px 6px }}")
         # colours through the palette, not a style sheet: a styled text area's viewport is not opaque, so every
@@ -344,6 +358,8 @@ class LaneView(QFrame):
         base = len(self._tokens)
         self._tokens.extend(new)
         sb = self.text.verticalScrollBar()
+        if self._hold_scrollbar and sb.isVisible() and sb.updatesEnabled() and not self._hover:
+            sb.setUpdatesEnabled(False)  # shown and painted in an earlier frame: hold it from now on
         at_bottom = sb.value() >= sb.maximum() - 4
         self._insert(new, base)
         if len(self._tokens) > self.max_tokens:
@@ -351,6 +367,23 @@ class LaneView(QFrame):
         if at_bottom:
             sb.setValue(sb.maximum())
         return len(new)
+
+    def hold_scrollbar(self, hold: bool) -> None:
+        """While held (a run on a machine with few cores), the text's scroll bar is not repainted as lines arrive:
+        every new line moved its thumb, and the bar's tall groove was filled again each frame, on the lanes' cores.
+        It is held from the first frame after it appeared; the mouse over the lane, or releasing, paints it."""
+        self._hold_scrollbar = hold
+        if not hold:
+            self.text.verticalScrollBar().setUpdatesEnabled(True)
+
+    def enterEvent(self, ev) -> None:  # noqa: N802 (Qt's name)
+        self._hover = True
+        self.text.verticalScrollBar().setUpdatesEnabled(True)
+        super().enterEvent(ev)
+
+    def leaveEvent(self, ev) -> None:  # noqa: N802
+        self._hover = False
+        super().leaveEvent(ev)
 
     def _insert(self, toks: list[Token], base: int) -> None:
         cur = QTextCursor(self.text.document())

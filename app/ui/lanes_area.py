@@ -1,9 +1,10 @@
 """The lanes area: the legend over one LaneView per lane, side by side (2×2 for four), as a run sink.
 
 Lane text is rendered once per display frame while a run is going (:meth:`LanesArea.on_frame`, called by the run
-controller 20 times a second, 10 on a machine with few cores: app.ui.run_controller.frame_ms): each frame inserts
+controller 20 times a second, 5 on a machine with few cores: app.ui.run_controller.frame_ms): each frame inserts
 every lane's new tokens in one batch; the headers' figures change at most :data:`HEADER_HZ` times a second (a
-label's new text lays the lane out again; once a second on few cores). A lane's badge ("✓ identical to baseline")
+label's new text lays the lane out again; once a second on few cores), and on few cores the lanes' scroll bars
+are held still during the run (LaneView.hold_scrollbar). A lane's badge ("✓ identical to baseline")
 appears as it ends, once the baseline's result is in.
 """
 
@@ -143,8 +144,10 @@ class LanesArea(QWidget):
         self.plan, self.results = plan, results
         self.set_setups(list(plan.setups))
         self.by_id = {}
+        few = cpu_cores() <= FEW_CORES
         for spec, v in zip(plan.lanes, self.views, strict=False):
             v.reset()
+            v.hold_scrollbar(few)
             v.set_setup(spec.setup)
             v.set_state("waiting", "waiting…")
             self.by_id[spec.lane_id] = v
@@ -180,6 +183,7 @@ class LanesArea(QWidget):
         for v in self.views:
             v.set_notice("")
             v.flush(header=True)
+            v.hold_scrollbar(False)
             if v.state in ("waiting", "running"):
                 v.set_state("cancelled" if results.stopped else "error", "stopped" if results.stopped else "no result")
         self.show_badges()

@@ -5,8 +5,10 @@ sampler's thread through a deque). Each step's smoothed tokens/s and rolling α 
 (O(log n), nothing per frame that grows with the history), and a timer redraws what changed with one
 ``setData`` per series: at most 5 Hz while a run is going, and less on a slow machine (a frame may take
 :data:`FRAME_BUDGET` of a core); on a machine with few cores (app.ui.load.FEW_CORES), where every frame is taken
-from the lanes' cores, every 2 s at most and within 1 % of a core, and the view is held between redraws (pyqtgraph
-items repainted it two or three times per redraw: ranges, labels, regions; the mouse over the plots releases it);
+from the lanes' cores, every 2 s at most and within 1 % of a core, and the view is held between redraws: released
+for a redraw's paint and held again as soon as that paint is done (pyqtgraph's items repainted it two or three
+times per redraw: ranges, labels, regions; what they ask for later waits for the next redraw's full paint; the
+mouse over the plots releases it);
 per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz between runs; never while the panel is hidden or live plots
 are off (:meth:`PlotPanel.set_live`; the run's end draws everything once).
 The window shares a few-core machine with the lanes it measures, so drawing is kept cheap: axes are cached as
@@ -55,7 +57,8 @@ FRAME_BUDGET = 0.03
 #: the same on a machine with few cores: the window's CPU there comes straight out of the lanes' tokens/s
 FEW_CORES_INTERVAL_MS = 2000
 FEW_CORES_FRAME_BUDGET = 0.01
-#: on few cores the view is held again this long after a redraw released it (its paint is queued, then done)
+#: on few cores the view is held again once the redraw's paint is done, or this long after the redraw released it
+#: where no paint came (a hidden view)
 HOLD_AFTER_MS = 40
 
 
@@ -95,6 +98,7 @@ class PlotPanel(QWidget):
         self.frame_budget = FEW_CORES_FRAME_BUDGET if few else FRAME_BUDGET
         self.hold_between_redraws = few  # during a run the view paints only after a redraw (or under the mouse)
         self._hover = False
+        self._hold_after_paint = False
         self.paints = 0  # paint events of the plot view (tests)
         self._manual: set = set()  # view boxes the user panned or zoomed: their ranges are left alone until the next run
         self._ranges: dict = {}  # (view box, axis) → range last set
@@ -277,6 +281,9 @@ class PlotPanel(QWidget):
         t = ev.type()
         if t == QEvent.Type.Paint:
             self.paints += 1
+            if self._hold_after_paint:  # the redraw's paint: hold again as soon as it is done (pyqtgraph items
+                self._hold_after_paint = False  # asked for a second, partial paint ~10 ms later; the next
+                QTimer.singleShot(0, self, lambda: self._hold(True))  # redraw's full paint covers it)
         elif t == QEvent.Type.Enter:  # the user looks at the plots: live crosshair, no hold
             self._hover = True
             self._hold(False)
@@ -449,7 +456,8 @@ class PlotPanel(QWidget):
         self._last_redraw = now
         if self.hold_between_redraws:  # paint this redraw, then hold again once it is on screen
             self._hold(False)
-            QTimer.singleShot(HOLD_AFTER_MS, self, lambda: self._hold(True))
+            self._hold_after_paint = True
+            QTimer.singleShot(HOLD_AFTER_MS, self, lambda: self._hold(True))  # in case no paint comes
         c0 = time.thread_time()
         if now - self._last_phase_tick >= 0.5:  # an open phase grows in half-second steps (each one repaints)
             self._last_phase_tick = now

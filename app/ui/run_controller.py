@@ -5,7 +5,7 @@ and fans every event out to the run sinks (lane views, plots, results, status ba
     ctl.start(RunPlan(target, setups, prompts, sampling, warmup_tokens=4))   # warm-up, then the recorded run
     ctl.stop()                                                               # both runs cancelled
 
-While a run is going the controller paints in frames: a timer (:func:`frame_ms`: 20 a second, 10 on a machine with
+While a run is going the controller paints in frames: a timer (:func:`frame_ms`: 20 a second, 5 on a machine with
 few cores, where the window shares the lanes' cores) delivers the steps that arrived since the last frame (the
 bridge batches them instead of waking the GUI thread per step), then calls each sink's optional ``on_frame()``
 (the lane text is drawn there). Ends, errors and the worker's state still go out at once.
@@ -36,8 +36,9 @@ __all__ = ["RunController", "WorkerSilence", "SILENT_S", "FRAME_MS", "FEW_CORES_
 SILENT_S = 20.0
 #: a display frame during a run (steps delivered, lane text drawn): 20 a second…
 FRAME_MS = 50
-#: …and 10 a second on a machine with at most FEW_CORES cores (the window's every wake-up takes a core from the lanes)
-FEW_CORES_FRAME_MS = 100
+#: …and 5 a second on a machine with at most FEW_CORES cores, where every frame's drawing is taken from the lanes'
+#: cores (on 2 cores, 10 frames a second took ~0.4 % of a core more than 5, all of it out of the lanes' tokens/s)
+FEW_CORES_FRAME_MS = 200
 
 
 def frame_ms(cores: int | None = None) -> int:
