@@ -445,3 +445,23 @@ def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkey
         win.bridge.feed(make_step("L1", i, pieces=lines))
     qtbot.wait(300)
     assert view.text.verticalScrollBar().isVisible() and view.text.verticalScrollBar().updatesEnabled()
+
+
+def test_gui_cost_replays_a_run_into_the_window_and_reports_its_cpu():
+    """resources/bench/gui_cost.py (the steady measure of the window's own CPU while lanes run) drives the real
+    window with a replayed three-lane run and prints the window's CPU for each round."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "resources" / "bench" / "gui_cost.py"
+    r = subprocess.run([sys.executable, str(script), "--tokens", "12", "--rounds", "2", "--platform", "offscreen"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rounds = re.findall(r"round \d: lanes ([\d.]+) s · window main thread ([\d.]+) % of a core · whole process ([\d.]+) %", r.stdout)
+    assert len(rounds) == 2, r.stdout
+    for secs, main_pct, proc_pct in rounds:
+        # 12 tokens a lane at 22, 26 and 20 tok/s: about 1.6 s of lanes
+        assert 1.0 < float(secs) < 10.0 and 0.0 <= float(main_pct) <= float(proc_pct) + 1.0 < 100.0, r.stdout
