@@ -7,8 +7,10 @@ Runs, alternating (the order rotates every round, so drift of the machine's load
                       --autorun --quit-after-run --export B --settings tmp.ini        (one per --platform)
 
 and prints per-setup tokens/s side by side (median over the rounds, and every round's value) with the ratio
-GUI / headless, how long the lanes waited for a CPU (the worker's run-queue delay, LaneStats.cpu_wait_s: what other
-processes took from them, a steadier figure than tokens/s), plus the load average around each run and, for the GUI
+GUI / headless, then each round's GUI run against its own headless run (the median of those paired ratios with a
+bootstrapped 90 % interval, and whether it shows the GUI within 5 % of headless, slower, or not decided yet), how
+long the lanes waited for a CPU (the worker's run-queue delay, LaneStats.cpu_wait_s: what other processes took
+from them, a steadier figure than tokens/s), plus the load average around each run and, for the GUI
 runs, the window's and the worker's CPU and how late the window's event loop ran (is the window still live?).
 
     python resources/bench/gui_vs_headless.py --rounds 3 --platform offscreen --platform xvfb
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -89,6 +92,22 @@ def gui_cpu(doc: dict) -> tuple[float, float]:
     return tuple(statistics.fmean(v) if v else float("nan") for v in (vals["gui"], vals["worker"]))  # type: ignore[return-value]
 
 
+def paired_summary(ratios: list[float], resamples: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """(median, 5th, 95th percentile of the bootstrapped median) of per-round GUI/headless ratios."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return statistics.median(ratios), meds[int(0.05 * (resamples - 1))], meds[int(0.95 * (resamples - 1))]
+
+
+def verdict(lo: float, hi: float, within: float = 0.05) -> str:
+    """What a 90 % interval of GUI/headless says about "within `within` of headless"."""
+    if lo >= 1 - within:
+        return f"within {100 * within:.0f} % of headless"
+    if hi < 1 - within:
+        return f"more than {100 * within:.0f} % slower than headless"
+    return f"not decided by these rounds (the interval spans {1 - within:.2f}: run more)"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="smollm2-135m-instruct")
@@ -100,7 +119,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the GUI is shown (repeatable); default: xvfb without $DISPLAY, else display")
     ap.add_argument("--out", help="keep the JSON reports in this folder (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    ap.add_argument("--reports", metavar="DIR", help="run nothing: summarise the reports an earlier --out DIR kept")
     args = ap.parse_args(argv)
+    if args.reports:
+        args.out = args.reports
+        found = [int(f.stem.rsplit("-", 1)[1]) for f in Path(args.reports).glob("bench-*.json")]
+        if not found:
+            ap.error(f"no bench-N.json reports in {args.reports}")
+        args.rounds = max(found) + 1
+        args.platform = args.platform or sorted({f.stem.rsplit("-", 1)[0] for f in Path(args.reports).glob("*-*.json")} - {"bench"})
 
     platforms = args.platform or (["xvfb"] if not os.environ.get("DISPLAY") and shutil.which("xvfb-run") else ["display"])
     if "xvfb" in platforms and not shutil.which("xvfb-run"):
@@ -129,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ["bench", *platforms]
     tps: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     waits: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
+    by_round: dict[str, dict[str, dict[int, float]]] = {k: {} for k in kinds}  # kind → setup → round → tok/s
     lags: dict[str, list[float]] = {k: [] for k in platforms}
     cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in platforms}
     loads: list[float] = []
@@ -138,11 +166,16 @@ def main(argv: list[str] | None = None) -> int:
         order = kinds[rnd % len(kinds):] + kinds[: rnd % len(kinds)]
         for kind in order:
             path = out / f"{kind}-{rnd}.json"
-            cmd, env = command(kind, path, rnd)
-            l0 = load_avg()
-            rc, wall, err = run(cmd, env, args.timeout)
-            l1 = load_avg()
-            loads += [l0, l1]
+            if args.reports:  # summarise an earlier run's reports
+                if not path.is_file():
+                    continue
+                rc, wall, err, l0, l1 = 0, 0.0, "", float("nan"), float("nan")
+            else:
+                cmd, env = command(kind, path, rnd)
+                l0 = load_avg()
+                rc, wall, err = run(cmd, env, args.timeout)
+                l1 = load_avg()
+                loads += [l0, l1]
             if rc != 0 or not path.is_file():
                 print(f"round {rnd + 1} {kind}: exit {rc} after {wall:.0f} s\n{err}", file=sys.stderr)
                 continue
@@ -150,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             got = per_setup(doc)
             for s, v in got.items():
                 tps[kind].setdefault(s, []).append(v)
+                by_round[kind].setdefault(s, {})[rnd] = v
             for s, v in cpu_waits(doc).items():
                 waits[kind].setdefault(s, []).append(v)
             extra = ""
@@ -161,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                     lags[kind].append(lag)
                 extra = f"; GUI CPU {g:.0f} %, worker {w:.0f} % of one core" + (f", event loop ≤ {lag:.0f} ms late" if lag is not None else "")
             print(f"round {rnd + 1} {kind:>9}: " + ", ".join(f"{s} {v:.2f}" for s, v in got.items())
-                  + f" tok/s  ({wall:.0f} s, load {l0:.2f} → {l1:.2f}{extra})", flush=True)
+                  + f" tok/s  ({'kept report' if args.reports else f'{wall:.0f} s, load {l0:.2f} → {l1:.2f}'}{extra})", flush=True)
 
     print()
     names = list(dict.fromkeys(s for k in kinds for s in tps[k]))
@@ -187,6 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    print()
+    print("each round's GUI run against its own headless run (adjacent in time, so the machine's drift cancels):")
+    for p in platforms:
+        for s in names:
+            h, g = by_round["bench"].get(s, {}), by_round[p].get(s, {})
+            ratios = [g[r] / h[r] for r in sorted(set(h) & set(g))]
+            if not ratios:
+                continue
+            med, lo, hi = paired_summary(ratios)
+            wh, wg = waits["bench"].get(s, []), waits[p].get(s, [])
+            extra = f", lanes' CPU wait +{statistics.median(wg) - statistics.median(wh):.1f} points" if wh and wg else ""
+            print(f"  {p} {s}: GUI/headless {med:.3f} (90 % interval {lo:.3f}–{hi:.3f}, {len(ratios)} pairs{extra}): "
+                  f"{verdict(lo, hi)}")
     for p in platforms:
         if cpu[p]:
             g = statistics.fmean(x[0] for x in cpu[p])

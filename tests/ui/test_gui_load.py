@@ -465,3 +465,37 @@ def test_gui_cost_replays_a_run_into_the_window_and_reports_its_cpu():
     for secs, main_pct, proc_pct in rounds:
         # 12 tokens a lane at 22, 26 and 20 tok/s: about 1.6 s of lanes
         assert 1.0 < float(secs) < 10.0 and 0.0 <= float(main_pct) <= float(proc_pct) + 1.0 < 100.0, r.stdout
+
+
+def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path):
+    """resources/bench/gui_vs_headless.py --reports DIR: each round's GUI run is compared with its own headless run
+    (the machine's drift between rounds cancels), with a bootstrapped interval and a verdict on "within 5 %" that
+    says when the rounds cannot decide it."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "resources" / "bench" / "gui_vs_headless.py"
+    spec = importlib.util.spec_from_file_location("gui_vs_headless", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    med, lo, hi = mod.paired_summary([0.97, 0.98, 0.99, 0.98, 0.97, 0.99])
+    assert lo <= med <= hi and lo >= 0.95 and mod.verdict(lo, hi) == "within 5 % of headless"
+    assert mod.verdict(*mod.paired_summary([0.90, 0.91, 0.92, 0.90])[1:]) == "more than 5 % slower than headless"
+    assert mod.verdict(*mod.paired_summary([0.90, 1.00, 0.93, 0.99, 0.96])[1:]).startswith("not decided")
+
+    # the machine slows down round by round; the GUI run of each round is 2 % below its headless run
+    for rnd, speed in enumerate((20.0, 18.0, 16.0, 14.0)):
+        for kind, f in (("bench", 1.0), ("xvfb", 0.98)):
+            doc = {"runs": [{"setup": "baseline", "tokens_per_s": speed * f}],
+                   "summary": [{"setup": "baseline", "cpu_wait_share": 0.01 if kind == "bench" else 0.03}]}
+            if kind == "xvfb":
+                doc["gui"] = {"load": {"gui_cpu_pct": 3.0, "worker_cpu_pct": 190.0, "lag_max_ms": 120.0}}
+            (tmp_path / f"{kind}-{rnd}.json").write_text(json.dumps(doc), encoding="utf-8")
+    r = subprocess.run([sys.executable, str(script), "--reports", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("xvfb baseline:"))
+    assert "GUI/headless 0.980" in line and "4 pairs" in line and "+2.0 points" in line and "within 5 % of headless" in line, line
+    assert "xvfb/headless" in r.stdout  # the side-by-side table too
