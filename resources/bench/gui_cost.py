@@ -5,7 +5,9 @@ be told apart run to run. Here a synthetic three-lane run (baseline 1 token a st
 tokens a step at 26 tok/s, a k=4 draft lane 2.5 a step at 20 tok/s, with rejected drafts: what SmolLM2 does on
 2 cores) is fed into the real MainWindow through its worker bridge at those rates, from a thread standing in for
 the worker's pipe, and the window's CPU over the recorded lanes is printed: its main thread, and the whole process
-(percent of one core; the feeding thread's own work is in the process figure). Runs agree to ≈ ±0.1 %.
+(percent of one core; the feeding thread's own work is in the process figure). Single runs vary by up to ± 0.3 % of
+a core and the machine's state moves the level, so compare builds in interleaved runs (a worktree per build): that
+separates differences of a few tenths of a core, which real lanes' tokens/s cannot.
 
     python resources/bench/gui_cost.py                     # under xvfb-run when $DISPLAY is unset
     python resources/bench/gui_cost.py --tokens 64 --rounds 3 --no-live-plots --platform offscreen
