@@ -29,6 +29,10 @@ _K = {k: i for i, k in enumerate(KINDS)}
 #: longest paragraph (UTF-16 units) before a display-only break at the next word boundary
 SOFT_BREAK_CHARS = 1200
 SOFT_BREAK_PROPERTY = QTextFormat.UserProperty + 2
+#: a held scroll bar (LaneView.hold_scrollbar) is still repainted this often, so its thumb stays roughly true
+SCROLLBAR_REFRESH_S = 1.0
+#: …and held again once this long has passed since it was released (a frame has painted it)
+SCROLLBAR_PAINTED_S = 0.1
 _TARGET_KIND = {"correction": "correction", "bonus": "bonus", "baseline": "plain", "reference": "plain"}
 
 
@@ -159,6 +163,7 @@ class LaneView(QFrame):
         self._fmts_theme: Theme | None = None
         self._hold_scrollbar = False  # see hold_scrollbar
         self._hover = False
+        self._sb_released = 0.0  # when the held scroll bar was last let paint
         self.setObjectName("LaneView")
         # opaque: a header label's new text repaints this lane only, not the lanes area and the window beneath it
         self.setAutoFillBackground(True)
@@ -331,6 +336,7 @@ class LaneView(QFrame):
             self.set_state("running")
 
     def finish(self, stats, cancelled: bool = False) -> None:
+        self.hold_scrollbar(False)  # an ended lane gets no more text: its bar shows where it is
         self.stats = stats
         if stats is not None:
             self.output_ids = list(stats.output_ids)
@@ -358,8 +364,14 @@ class LaneView(QFrame):
         base = len(self._tokens)
         self._tokens.extend(new)
         sb = self.text.verticalScrollBar()
-        if self._hold_scrollbar and sb.isVisible() and sb.updatesEnabled() and not self._hover:
-            sb.setUpdatesEnabled(False)  # shown and painted in an earlier frame: hold it from now on
+        if self._hold_scrollbar and sb.isVisible() and not self._hover:
+            now = time.monotonic()
+            if sb.updatesEnabled():
+                if now - self._sb_released >= SCROLLBAR_PAINTED_S:
+                    sb.setUpdatesEnabled(False)  # shown and painted after an earlier frame: hold it
+            elif now - self._sb_released >= SCROLLBAR_REFRESH_S:
+                sb.setUpdatesEnabled(True)  # paints once with this frame (its thumb moved meanwhile)
+                self._sb_released = now
         at_bottom = sb.value() >= sb.maximum() - 4
         self._insert(new, base)
         if len(self._tokens) > self.max_tokens:
@@ -371,7 +383,8 @@ class LaneView(QFrame):
     def hold_scrollbar(self, hold: bool) -> None:
         """While held (a run on a machine with few cores), the text's scroll bar is not repainted as lines arrive:
         every new line moved its thumb, and the bar's tall groove was filled again each frame, on the lanes' cores.
-        It is held from the first frame after it appeared; the mouse over the lane, or releasing, paints it."""
+        It is held from the first frame after it appeared and still painted every :data:`SCROLLBAR_REFRESH_S`; the
+        mouse over the lane, or releasing, paints it at once."""
         self._hold_scrollbar = hold
         if not hold:
             self.text.verticalScrollBar().setUpdatesEnabled(True)

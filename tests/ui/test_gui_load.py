@@ -394,17 +394,18 @@ def test_on_few_cores_the_plot_view_is_held_between_redraws(qtbot, win, monkeypa
 
 def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkeypatch):
     """On a machine with few cores a lane's scroll bar is not repainted while tokens arrive (each new line moved its
-    thumb and refilled its tall groove on the lanes' cores): held from the frame after it appeared, released by the
-    mouse over the lane and at the run's end; on many cores it is never held."""
+    thumb and refilled its tall groove on the lanes' cores): held from the frame after it appeared, still painted once
+    every SCROLLBAR_REFRESH_S, released by the mouse over the lane and at the run's end; on many cores never held."""
     from PySide6.QtCore import QEvent, QPointF
     from PySide6.QtGui import QEnterEvent
     from PySide6.QtWidgets import QApplication
 
     from app.core.events import LaneStarted, RunDone
-    from app.ui import lanes_area
+    from app.ui import lane_view, lanes_area
     from app.worker.messages import RunFinished
 
     monkeypatch.setattr(lanes_area, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(lane_view, "SCROLLBAR_REFRESH_S", 60.0)  # no refresh within the test (checked below)
     rid = _start(qtbot, win)
     for i, s in enumerate(SETUPS):
         win.bridge.feed(LaneStarted(f"L{i + 1}", s, "custom", 0, (1,), "x"))
@@ -431,11 +432,21 @@ def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkey
     win.bridge.feed(make_step("L1", n + 4, pieces=lines))
     qtbot.wait(250)
     assert not sb.updatesEnabled()
-    for lid, s in zip(("L1", "L2", "L3"), SETUPS, strict=True):
+    # still repainted now and then while held: released for one frame every SCROLLBAR_REFRESH_S
+    monkeypatch.setattr(lane_view, "SCROLLBAR_REFRESH_S", 0.5)
+    seen = []
+    for i in range(n + 5, n + 17):
+        win.bridge.feed(make_step("L1", i, pieces=lines))
+        qtbot.wait(110)
+        seen.append(sb.updatesEnabled())
+    assert any(seen) and seen.count(True) <= len(seen) // 2, seen
+    win.bridge.feed(RunDone("L1", make_stats(SETUPS[0], (1, 2, 3), 1.0)))
+    assert sb.updatesEnabled()  # the lane ended (no more text): its bar is painted where it stopped
+    for lid, s in zip(("L2", "L3"), SETUPS[1:], strict=True):
         win.bridge.feed(RunDone(lid, make_stats(s, (1, 2, 3), 1.0)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
-    assert sb.updatesEnabled()  # the run ended: painted again, never held between runs
+    assert sb.updatesEnabled()  # the run ended: never held between runs
 
     monkeypatch.setattr(lanes_area, "cpu_cores", lambda: 16)
     _start(qtbot, win)
