@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBox
 from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
 from app.core.metrics import is_baseline
 from app.ui.lane_view import LaneView
-from app.ui.load import FEW_CORES, cpu_cores
+from app.ui.load import few_cores
 from app.ui.sinks import WorkerSilence
 from app.ui.theme import LANE_COLORS, LIGHT, Theme, token_format
 from app.worker.messages import WorkerReady
@@ -99,7 +99,7 @@ class LanesArea(QWidget):
             v.deleteLater()
         while len(self.views) < n:
             i = len(self.views)
-            hz = FEW_CORES_HEADER_HZ if cpu_cores() <= FEW_CORES else HEADER_HZ
+            hz = FEW_CORES_HEADER_HZ if few_cores() else HEADER_HZ
             v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme, header_hz=hz)
             v.set_show_rejected(not self.hide_rejected.isChecked())
             self.views.append(v)
@@ -144,7 +144,7 @@ class LanesArea(QWidget):
         self.plan, self.results = plan, results
         self.set_setups(list(plan.setups))
         self.by_id = {}
-        few = cpu_cores() <= FEW_CORES
+        few = few_cores()
         for spec, v in zip(plan.lanes, self.views, strict=False):
             v.reset()
             v.hold_scrollbar(few)

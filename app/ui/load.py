@@ -22,7 +22,7 @@ from app.core.events import LaneStarted
 from app.core.metrics import cpu_wait_share
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["LoadMeter", "run_load", "cpu_cores", "load_notes", "lag_summary", "start_sampler", "prepare_sampler", "FEW_CORES",
+__all__ = ["LoadMeter", "run_load", "cpu_cores", "few_cores", "load_notes", "lag_summary", "start_sampler", "prepare_sampler", "FEW_CORES",
            "GUI_CPU_NOTE_PCT", "LANES_WAIT_NOTE_PCT", "LAG_TICK_MS", "LAG_NOTE_MS", "TELEMETRY_HZ", "FEW_CORES_TELEMETRY_HZ"]
 
 #: a machine with at most this many cores shares them between the window and the worker's lanes
@@ -41,6 +41,12 @@ LAG_NOTE_MS = 1000.0
 TELEMETRY_HZ = 5.0
 #: …and on a machine with at most FEW_CORES cores, where the sampler's reads come out of the lanes' cores
 FEW_CORES_TELEMETRY_HZ = 2.0
+
+
+def few_cores(cores: int | None = None) -> bool:
+    """Whether a machine with `cores` cores (default: the ones this process may use) shares them between the window
+    and the lanes (at most :data:`FEW_CORES`): the window then draws and samples less often."""
+    return (cpu_cores() if cores is None else cores) <= FEW_CORES
 
 
 def cpu_cores() -> int:
@@ -123,7 +129,7 @@ def start_sampler(on_sample, pids) -> tuple[object | None, str]:
     try:
         from app.telemetry.sampler import TelemetrySampler
 
-        hz = FEW_CORES_TELEMETRY_HZ if cpu_cores() <= FEW_CORES else TELEMETRY_HZ
+        hz = FEW_CORES_TELEMETRY_HZ if few_cores() else TELEMETRY_HZ
         sampler = TelemetrySampler(rate_hz=hz, pids=pids, on_sample=on_sample)
         sampler.start()
         return sampler, sampler.gpu_state

@@ -33,7 +33,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, StepEvent
-from app.ui.load import FEW_CORES, cpu_cores
+from app.ui.load import few_cores
 from app.ui.plot_parts import _ACC, _ALPHA, _DR, _RATE, _T, _TOK, _TS, LaneSeries, Phase, Ring, TimedLayout, nice_ceiling
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
@@ -93,7 +93,7 @@ class PlotPanel(QWidget):
         self.redraws = 0
         self.live = True  # redraw during runs (False: once, at the run's end)
         self.running = False
-        few = cpu_cores() <= FEW_CORES
+        few = few_cores()
         self.interval_ms = (FEW_CORES_INTERVAL_MS if few else RUN_INTERVAL_MS) if interval_ms is None else interval_ms
         self.frame_budget = FEW_CORES_FRAME_BUDGET if few else FRAME_BUDGET
         self.hold_between_redraws = few  # during a run the view paints only after a redraw (or under the mouse)

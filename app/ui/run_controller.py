@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.events import RunError
 from app.ui.bridge import WorkerBridge
-from app.ui.load import FEW_CORES, cpu_cores
+from app.ui.load import few_cores
 from app.ui.sinks import RunSink, WorkerSilence
 from app.worker.group import WorkerGroup
 from app.worker.messages import Heartbeat, RunFinished, WorkerDied, WorkerReady
@@ -43,7 +43,7 @@ FEW_CORES_FRAME_MS = 200
 
 def frame_ms(cores: int | None = None) -> int:
     """Milliseconds between display frames during a run on a machine with `cores` cores (default: this one's)."""
-    return FEW_CORES_FRAME_MS if (cores if cores is not None else cpu_cores()) <= FEW_CORES else FRAME_MS
+    return FEW_CORES_FRAME_MS if few_cores(cores) else FRAME_MS
 
 
 class RunController(QObject):

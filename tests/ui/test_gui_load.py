@@ -297,10 +297,10 @@ def test_frames_are_slower_on_a_machine_with_few_cores(qtbot, monkeypatch):
     assert frame_ms(cores=2) == FEW_CORES_FRAME_MS == 200 and frame_ms(cores=16) == FRAME_MS == 50
     from app.ui import plots as P
 
-    monkeypatch.setattr(P, "cpu_cores", lambda: 2)
+    monkeypatch.setattr("app.ui.load.cpu_cores", lambda: 2)
     few = P.PlotPanel()
     qtbot.addWidget(few)
-    monkeypatch.setattr(P, "cpu_cores", lambda: 32)
+    monkeypatch.setattr("app.ui.load.cpu_cores", lambda: 32)
     many = P.PlotPanel()
     qtbot.addWidget(many)
     assert (few.interval_ms, few.frame_budget) == (P.FEW_CORES_INTERVAL_MS, P.FEW_CORES_FRAME_BUDGET) == (2000, 0.01)
@@ -401,10 +401,10 @@ def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkey
     from PySide6.QtWidgets import QApplication
 
     from app.core.events import LaneStarted, RunDone
-    from app.ui import lane_view, lanes_area
+    from app.ui import lane_view
     from app.worker.messages import RunFinished
 
-    monkeypatch.setattr(lanes_area, "cpu_cores", lambda: 2)
+    monkeypatch.setattr("app.ui.load.cpu_cores", lambda: 2)
     monkeypatch.setattr(lane_view, "SCROLLBAR_REFRESH_S", 60.0)  # no refresh within the test (checked below)
     rid = _start(qtbot, win)
     for i, s in enumerate(SETUPS):
@@ -448,7 +448,7 @@ def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkey
         win.bridge.feed(RunFinished(rid))
     assert sb.updatesEnabled()  # the run ended: never held between runs
 
-    monkeypatch.setattr(lanes_area, "cpu_cores", lambda: 16)
+    monkeypatch.setattr("app.ui.load.cpu_cores", lambda: 16)
     _start(qtbot, win)
     win.bridge.feed(LaneStarted("L1", SETUPS[0], "custom", 0, (1,), "x"))
     view = win.lane_by_id["L1"]
