@@ -185,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     if platform == "offscreen":
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     sys.path.insert(0, str(ROOT))
+    from app.core.costs import machine_summary
     from app.ui.load import cpu_cores
 
-    print(f"{cpu_cores()} cores · {platform} · {args.tokens} tokens a lane · live plots {'off' if args.no_live_plots else 'on'}")
+    print(f"{machine_summary()} ({cpu_cores()} usable) · {platform} · {args.tokens} tokens a lane · "
+          f"live plots {'off' if args.no_live_plots else 'on'}")
     for r in range(args.rounds):
         secs, main_pct, proc_pct = one_round(args.tokens, not args.no_live_plots)
         print(f"round {r + 1}: lanes {secs:.1f} s · window main thread {main_pct:.2f} % of a core · whole process {proc_pct:.2f} %",
