@@ -43,9 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.core.errors import SpecDeckError
     from app.ui.main_window import MainWindow
+    from app.ui.priority import serial_painting
     from app.ui.session import preset
     from app.ui.theme import DARK
 
+    serial_painting()  # before Qt paints anything: no raster thread pool on a few-core machine
     app = QApplication.instance() or QApplication(sys.argv[:1])
     # Workers start from a thread kept at normal priority; the GUI's own threads then yield the CPU to them
     # (on 2 cores the GUI's wake-ups slowed the lanes it measures: app.ui.priority).

@@ -19,6 +19,13 @@ are never lowered with the window. The window's own threads
 ``normal``
     left as started.
 
+Qt's raster engine also hands every fill of 96 or more spans (a lane's background, the plot view) to a pool of
+helper threads and waits for them: on 2 cores that was ~50 wake-ups a second for each of two pool threads and
+~80 for the window's main thread during a run, each one a moment a lane's compute thread may be pushed off its
+core. On a machine with few cores :func:`serial_painting` turns that pool off (Qt's ``QT_NO_GUI_THREADPOOL``):
+the fills run on the window's own thread, 16 wake-ups a second in all, and the window's CPU drops by about a
+tenth.
+
 Linux only (elsewhere the window keeps its priority). Lowering is one-way for an unprivileged user: the kernel lets
 a thread leave SCHED_IDLE, or lower its nice value, only with CAP_SYS_NICE or RLIMIT_NICE, so the mode is fixed
 for the window's lifetime.
@@ -29,13 +36,36 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["NICE", "MODES", "DEFAULT_MODE", "requested_mode", "yield_to_worker", "gui_priority"]
+__all__ = ["NICE", "MODES", "DEFAULT_MODE", "requested_mode", "yield_to_worker", "gui_priority", "serial_painting",
+           "NO_POOL_ENV"]
 
 NICE = 10
 MODES = ("idle", "batch", "normal")
 DEFAULT_MODE = "batch"
 
 _applied = "normal"
+
+#: Qt reads this once, at the first fill big enough for its GUI thread pool: set, the pool is never made
+NO_POOL_ENV = "QT_NO_GUI_THREADPOOL"
+
+
+def serial_painting(cores: int | None = None, environ: dict[str, str] | None = None) -> bool:
+    """On a machine with few cores (app.ui.load.few_cores), keep Qt's painting on the window's own threads: sets
+    :data:`NO_POOL_ENV` unless the user set it (Qt turns the pool off when it is set at all, even empty). Call
+    before the QApplication exists.
+
+    Returns:
+        whether Qt's GUI thread pool is off (set here or by the user).
+    """
+    from app.ui.load import few_cores
+
+    env = os.environ if environ is None else environ
+    if NO_POOL_ENV in env:
+        return True
+    if not few_cores(cores):
+        return False
+    env[NO_POOL_ENV] = "1"
+    return True
 
 
 def requested_mode() -> str:

@@ -36,9 +36,10 @@ __all__ = ["RunController", "WorkerSilence", "SILENT_S", "FRAME_MS", "FEW_CORES_
 SILENT_S = 20.0
 #: a display frame during a run (steps delivered, lane text drawn): 20 a second…
 FRAME_MS = 50
-#: …and 5 a second on a machine with at most FEW_CORES cores, where every frame's drawing is taken from the lanes'
-#: cores (on 2 cores, 10 frames a second took ~0.4 % of a core more than 5, all of it out of the lanes' tokens/s)
-FEW_CORES_FRAME_MS = 200
+#: …and 4 a second on a machine with at most FEW_CORES cores, where every frame's drawing is taken from the lanes'
+#: cores (on 2 cores, 10 frames a second took ~0.4 % of a core more than 5, and 5 ~0.2 % more than 4, all of it out
+#: of the lanes' tokens/s)
+FEW_CORES_FRAME_MS = 250
 
 
 def frame_ms(cores: int | None = None) -> int:

@@ -138,8 +138,9 @@ def one_round(tokens: int, live_plots: bool) -> tuple[float, float, float]:
     from PySide6.QtWidgets import QApplication
 
     from app.ui.main_window import MainWindow
-    from app.ui.priority import yield_to_worker
+    from app.ui.priority import serial_painting, yield_to_worker
 
+    serial_painting()  # as `python -m app gui` does, before the QApplication
     app = QApplication.instance() or QApplication(sys.argv[:1])
     yield_to_worker(keep=set())  # the window's threads at the priority the GUI gives them
     marks: dict = {}

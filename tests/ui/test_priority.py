@@ -86,3 +86,47 @@ def test_a_bad_mode_is_named_with_the_choices():
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["msg"].startswith("kept at normal priority: SPECDECK_GUI_PRIORITY='fast' is not a mode: use one of idle, batch, normal")
     assert r["mode"] == "normal" and r["main"] == [0, 0]
+
+
+def test_serial_painting_only_on_few_cores_and_never_over_the_users_choice() -> None:
+    from app.ui.priority import NO_POOL_ENV, serial_painting
+
+    env: dict[str, str] = {}
+    assert serial_painting(cores=2, environ=env) and env == {NO_POOL_ENV: "1"}
+    env = {}
+    assert not serial_painting(cores=16, environ=env) and env == {}
+    env = {NO_POOL_ENV: ""}  # Qt reads "set at all" as off: so does SpecDeck, and leaves the value alone
+    assert serial_painting(cores=16, environ=env) and env == {NO_POOL_ENV: ""}
+
+
+POOL_CODE = textwrap.dedent("""
+    import os, sys
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QColor, QImage, QPainter
+    from PySide6.QtWidgets import QApplication
+    from app.ui.priority import serial_painting
+
+    serial_painting(cores=int(sys.argv[1]))
+    app = QApplication([])
+    img = QImage(1200, 900, QImage.Format.Format_ARGB32_Premultiplied)
+    for _ in range(20):  # translucent fills go through spans: 900 of them, a job for Qt's pool when it has one
+        p = QPainter(img)
+        p.fillRect(0, 0, 1200, 900, QColor(30, 60, 90, 120))
+        p.end()
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    print(sum(n.startswith("Thread (pooled)") for n in names))
+""")
+
+
+@pytest.mark.parametrize("cores", [2, 16])
+def test_qt_paints_without_its_thread_pool_on_few_cores(cores: int) -> None:
+    """A real QApplication (offscreen) filling a large image: with the pool off (few cores) no pool thread ever
+    starts; with it on, Qt starts its pool threads for the same fills — so the switch is what keeps them away."""
+    import os
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    env.pop("QT_NO_GUI_THREADPOOL", None)
+    out = subprocess.run([sys.executable, "-c", POOL_CODE, str(cores)], capture_output=True, text=True, timeout=120,
+                         env=env, check=True).stdout.split()
+    pooled = int(out[-1])
+    assert (pooled == 0) if cores == 2 else (pooled >= 1), f"{pooled} Qt pool threads with {cores} cores"
