@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -97,6 +98,19 @@ def paired_summary(ratios: list[float], resamples: int = 4000, seed: int = 0) ->
     rng = random.Random(seed)
     meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
     return statistics.median(ratios), meds[int(0.05 * (resamples - 1))], meds[int(0.95 * (resamples - 1))]
+
+
+def pooled_round_ratios(headless: dict[str, dict[int, float]], gui: dict[str, dict[int, float]]) -> list[float]:
+    """Per round, the geometric mean of its setups' GUI/headless ratios (setup → round → tok/s; rounds where a
+    setup is missing from either side use the setups both have). One figure a round from all its lanes: the window's
+    cost is about the same for every lane, while each lane's own noise partly averages out."""
+    rounds = sorted({r for s in gui for r in gui[s]} & {r for s in headless for r in headless[s]})
+    out = []
+    for r in rounds:
+        logs = [math.log(gui[s][r] / headless[s][r]) for s in gui if s in headless and r in gui[s] and r in headless[s]]
+        if logs:
+            out.append(math.exp(statistics.fmean(logs)))
+    return out
 
 
 def verdict(lo: float, hi: float, within: float = 0.05) -> str:
@@ -234,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             extra = f", lanes' CPU wait +{statistics.median(wg) - statistics.median(wh):.1f} points" if wh and wg else ""
             print(f"  {p} {s}: GUI/headless {med:.3f} (90 % interval {lo:.3f}–{hi:.3f}, {len(ratios)} pairs{extra}): "
                   f"{verdict(lo, hi)}")
+        pooled = pooled_round_ratios(by_round["bench"], by_round[p])
+        if len(names) > 1 and pooled:
+            med, lo, hi = paired_summary(pooled)
+            print(f"  {p} all setups (each round's ratios, geometric mean): GUI/headless {med:.3f} (90 % interval "
+                  f"{lo:.3f}–{hi:.3f}, {len(pooled)} rounds): {verdict(lo, hi)}")
     for p in platforms:
         if cpu[p]:
             g = statistics.fmean(x[0] for x in cpu[p])

@@ -497,10 +497,16 @@ def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path
     assert mod.verdict(*mod.paired_summary([0.90, 0.91, 0.92, 0.90])[1:]) == "more than 5 % slower than headless"
     assert mod.verdict(*mod.paired_summary([0.90, 1.00, 0.93, 0.99, 0.96])[1:]).startswith("not decided")
 
-    # the machine slows down round by round; the GUI run of each round is 2 % below its headless run
+    # each round pooled over its setups (geometric mean); a setup missing on one side leaves that round's others
+    pooled = mod.pooled_round_ratios({"a": {0: 10.0, 1: 10.0}, "b": {0: 20.0, 1: 20.0}},
+                                     {"a": {0: 9.0, 1: 8.0}, "b": {0: 10.0}})
+    assert pooled == pytest.approx([(0.9 * 0.5) ** 0.5, 0.8])
+
+    # the machine slows down round by round; the GUI run of each round is 2 % below its headless run for the
+    # baseline, 4 % for the n-gram lane
     for rnd, speed in enumerate((20.0, 18.0, 16.0, 14.0)):
-        for kind, f in (("bench", 1.0), ("xvfb", 0.98)):
-            doc = {"runs": [{"setup": "baseline", "tokens_per_s": speed * f}],
+        for kind, f, f2 in (("bench", 1.0, 1.0), ("xvfb", 0.98, 0.96)):
+            doc = {"runs": [{"setup": "baseline", "tokens_per_s": speed * f}, {"setup": "ngram", "tokens_per_s": 1.5 * speed * f2}],
                    "summary": [{"setup": "baseline", "cpu_wait_share": 0.01 if kind == "bench" else 0.03}]}
             if kind == "xvfb":
                 doc["gui"] = {"load": {"gui_cpu_pct": 3.0, "worker_cpu_pct": 190.0, "lag_max_ms": 120.0}}
@@ -509,4 +515,6 @@ def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.strip().startswith("xvfb baseline:"))
     assert "GUI/headless 0.980" in line and "4 pairs" in line and "+2.0 points" in line and "within 5 % of headless" in line, line
+    pooled_line = next(x for x in r.stdout.splitlines() if x.strip().startswith("xvfb all setups"))
+    assert "GUI/headless 0.970" in pooled_line and "4 rounds" in pooled_line and "within 5 % of headless" in pooled_line, pooled_line
     assert "xvfb/headless" in r.stdout  # the side-by-side table too
