@@ -60,6 +60,8 @@ FEW_CORES_FRAME_BUDGET = 0.01
 #: on few cores the view is held again once the redraw's paint is done, or this long after the redraw released it
 #: where no paint came (a hidden view)
 HOLD_AFTER_MS = 40
+#: opacity (0–255) of the plot-background veil behind the plots' legends
+LEGEND_VEIL_ALPHA = 160
 
 
 class PlotPanel(QWidget):
@@ -160,7 +162,7 @@ class PlotPanel(QWidget):
         self.p_pos.setLabel("left", "accepted fraction")
         self.p_pos.setYRange(0, 1.02, padding=0)
         self.p_pos.enableAutoRange(axis="y", enable=False)
-        self.p_tps.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.p_tps.addLegend(offset=(-5, -5), labelTextSize="8pt")  # bottom right: the rates sit high in the plot
         self.p_tps.legend.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
         # run-start markers and crosshair lines
@@ -240,6 +242,13 @@ class PlotPanel(QWidget):
                 a.setPen(pg.mkPen(theme.muted))
                 a.setTextPen(pg.mkPen(fg))
             p.titleLabel.setText(p.titleLabel.text, color=theme.plot_fg)
+        # legends sit over the data: a veil of the plot's background keeps their names readable over the curves
+        veil = pg.mkColor(theme.plot_bg)
+        veil.setAlpha(LEGEND_VEIL_ALPHA)
+        for legend in (self.p_tps.legend, self.sys_legend):
+            if legend is not None:
+                legend.setBrush(pg.mkBrush(veil))
+                legend.setLabelTextColor(theme.plot_fg)
         for ph in self.phases:
             for r in ph.regions:
                 r.setBrush(pg.mkBrush(self._phase_color(ph.label)))

@@ -204,3 +204,28 @@ def test_panels_are_run_sinks_subscribed_in_one_list(win):
     assert win.lanes.hide_rejected.isChecked() and not any(v.show_rejected for v in win.lane_views)
     win.lanes.hide_rejected.setChecked(False)
     assert not win.hide_rejected_action.isChecked()
+
+
+def test_plot_legends_are_veiled_in_the_themes_background_so_curves_under_them_do_not_hide_the_names(qtbot):
+    from PySide6.QtGui import QColor
+
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.ui.plots import LEGEND_VEIL_ALPHA, PlotPanel
+    from app.ui.theme import DARK, LIGHT
+    from app.worker.plan import RunPlan
+
+    plots = PlotPanel(window_s=0.01)
+    qtbot.addWidget(plots)
+    plots.start_run(RunPlan("t", ("baseline", "ngram"), (Prompt("p", "x"),), Sampling()), None, t0=time.monotonic())
+    for theme in (DARK, LIGHT):
+        plots.set_theme(theme)
+        for legend in (plots.p_tps.legend, plots.sys_legend):
+            veil = legend.brush().color()
+            assert (veil.name(), veil.alpha()) == (QColor(theme.plot_bg).name(), LEGEND_VEIL_ALPHA)
+            assert 0 < LEGEND_VEIL_ALPHA < 255  # the curves still show through, muted
+            assert legend.items, "the legend lists the lanes / series"
+            for _sample, label in legend.items:
+                assert QColor(label.opts["color"]).name() == QColor(theme.plot_fg).name()
+    plots.start_run(RunPlan("t", ("ngram",), (Prompt("p", "x"),), Sampling()), None, t0=time.monotonic())  # new names
+    assert [QColor(label.opts["color"]).name() for _s, label in plots.p_tps.legend.items] == [QColor(LIGHT.plot_fg).name()]
