@@ -19,12 +19,11 @@ are never lowered with the window. The window's own threads
 ``normal``
     left as started.
 
-Qt's raster engine also hands every fill of 96 or more spans (a lane's background, the plot view) to a pool of
-helper threads and waits for them: on 2 cores that was ~50 wake-ups a second for each of two pool threads and
-~80 for the window's main thread during a run, each one a moment a lane's compute thread may be pushed off its
-core. On a machine with few cores :func:`serial_painting` turns that pool off (Qt's ``QT_NO_GUI_THREADPOOL``):
-the fills run on the window's own thread, 16 wake-ups a second in all, and the window's CPU drops by about a
-tenth.
+Qt's raster engine also hands every large fill (96 or more spans) to a pool of helper threads and waits for them:
+on 2 cores, during a run, that was ~50 wake-ups a second for each of two pool threads and ~80 for the window's main
+thread, each one a moment a lane's compute thread may be pushed off its core. On a machine with few cores
+:func:`serial_painting` turns that pool off (Qt's ``QT_NO_GUI_THREADPOOL``): the fills run on the window's own
+thread, which then wakes ~16 times a second, no pool thread at all, and the window's CPU drops by about a tenth.
 
 Linux only (elsewhere the window keeps its priority). Lowering is one-way for an unprivileged user: the kernel lets
 a thread leave SCHED_IDLE, or lower its nice value, only with CAP_SYS_NICE or RLIMIT_NICE, so the mode is fixed
