@@ -100,16 +100,26 @@ def paired_summary(ratios: list[float], resamples: int = 4000, seed: int = 0) ->
     return statistics.median(ratios), meds[int(0.05 * (resamples - 1))], meds[int(0.95 * (resamples - 1))]
 
 
-def pooled_round_ratios(headless: dict[str, dict[int, float]], gui: dict[str, dict[int, float]]) -> list[float]:
+def pooled_round_ratios(headless: dict[str, dict[int, float]], gui: dict[str, dict[int, float]]) -> dict[int, float]:
     """Per round, the geometric mean of its setups' GUI/headless ratios (setup → round → tok/s; rounds where a
     setup is missing from either side use the setups both have). One figure a round from all its lanes: the window's
     cost is about the same for every lane, while each lane's own noise partly averages out."""
     rounds = sorted({r for s in gui for r in gui[s]} & {r for s in headless for r in headless[s]})
-    out = []
+    out = {}
     for r in rounds:
         logs = [math.log(gui[s][r] / headless[s][r]) for s in gui if s in headless and r in gui[s] and r in headless[s]]
         if logs:
-            out.append(math.exp(statistics.fmean(logs)))
+            out[r] = math.exp(statistics.fmean(logs))
+    return out
+
+
+def round_wait_increments(headless: dict[str, dict[int, float]], gui: dict[str, dict[int, float]]) -> dict[int, float]:
+    """Per round, the mean over its setups of the lanes' CPU wait in the GUI run minus the headless run (points)."""
+    out = {}
+    for r in sorted({r for s in gui for r in gui[s]} & {r for s in headless for r in headless[s]}):
+        d = [gui[s][r] - headless[s][r] for s in gui if s in headless and r in gui[s] and r in headless[s]]
+        if d:
+            out[r] = statistics.fmean(d)
     return out
 
 
@@ -170,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ["bench", *platforms]
     tps: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     waits: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
+    waits_by_round: dict[str, dict[str, dict[int, float]]] = {k: {} for k in kinds}  # kind → setup → round → wait %
     by_round: dict[str, dict[str, dict[int, float]]] = {k: {} for k in kinds}  # kind → setup → round → tok/s
     lags: dict[str, list[float]] = {k: [] for k in platforms}
     cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in platforms}
@@ -200,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 by_round[kind].setdefault(s, {})[rnd] = v
             for s, v in cpu_waits(doc).items():
                 waits[kind].setdefault(s, []).append(v)
+                waits_by_round[kind].setdefault(s, {})[rnd] = v
             extra = ""
             if kind != "bench":
                 g, w = gui_cpu(doc)
@@ -250,9 +262,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"{verdict(lo, hi)}")
         pooled = pooled_round_ratios(by_round["bench"], by_round[p])
         if len(names) > 1 and pooled:
-            med, lo, hi = paired_summary(pooled)
+            med, lo, hi = paired_summary(list(pooled.values()))
             print(f"  {p} all setups (each round's ratios, geometric mean): GUI/headless {med:.3f} (90 % interval "
                   f"{lo:.3f}–{hi:.3f}, {len(pooled)} rounds): {verdict(lo, hi)}")
+            extra = round_wait_increments(waits_by_round["bench"], waits_by_round[p])
+            both = sorted(set(pooled) & set(extra))
+            if len(both) >= 3:
+                print("  each round, all setups: GUI/headless and the lanes' extra CPU wait (points) — if the window's"
+                      " load moved the ratio, the two would move together:")
+                print("    " + ", ".join(f"{pooled[r]:.3f} {extra[r]:+.1f}" for r in both))
+                xs, ys = [extra[r] for r in both], [pooled[r] for r in both]
+                if statistics.pstdev(xs) > 0 and statistics.pstdev(ys) > 0:
+                    print(f"    correlation {statistics.correlation(xs, ys):+.2f} over {len(both)} rounds")
     for p in platforms:
         if cpu[p]:
             g = statistics.fmean(x[0] for x in cpu[p])

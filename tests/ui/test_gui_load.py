@@ -500,7 +500,8 @@ def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path
     # each round pooled over its setups (geometric mean); a setup missing on one side leaves that round's others
     pooled = mod.pooled_round_ratios({"a": {0: 10.0, 1: 10.0}, "b": {0: 20.0, 1: 20.0}},
                                      {"a": {0: 9.0, 1: 8.0}, "b": {0: 10.0}})
-    assert pooled == pytest.approx([(0.9 * 0.5) ** 0.5, 0.8])
+    assert pooled == pytest.approx({0: (0.9 * 0.5) ** 0.5, 1: 0.8})
+    assert mod.round_wait_increments({"a": {0: 1.0, 1: 1.0}, "b": {0: 2.0}}, {"a": {0: 4.0, 1: 3.0}, "b": {0: 3.0}}) == {0: 2.0, 1: 2.0}
 
     # the machine slows down round by round; the GUI run of each round is 2 % below its headless run for the
     # baseline, 4 % for the n-gram lane
@@ -517,4 +518,6 @@ def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path
     assert "GUI/headless 0.980" in line and "4 pairs" in line and "+2.0 points" in line and "within 5 % of headless" in line, line
     pooled_line = next(x for x in r.stdout.splitlines() if x.strip().startswith("xvfb all setups"))
     assert "GUI/headless 0.970" in pooled_line and "4 rounds" in pooled_line and "within 5 % of headless" in pooled_line, pooled_line
+    rounds_line = r.stdout.splitlines()[r.stdout.splitlines().index(pooled_line) + 2]
+    assert [x.strip() for x in rounds_line.split(",")] == ["0.970 +2.0"] * 4, rounds_line  # each round's pooled ratio beside its extra wait
     assert "xvfb/headless" in r.stdout  # the side-by-side table too
