@@ -5,9 +5,10 @@ be told apart run to run. Here a synthetic three-lane run (baseline 1 token a st
 tokens a step at 26 tok/s, a k=4 draft lane 2.5 a step at 20 tok/s, with rejected drafts: what SmolLM2 does on
 2 cores) is fed into the real MainWindow through its worker bridge at those rates, from a thread standing in for
 the worker's pipe, and the window's CPU over the recorded lanes is printed: its main thread, and the whole process
-(percent of one core; the feeding thread's own work is in the process figure). Single runs vary by up to ± 0.3 % of
-a core and the machine's state moves the level, so compare builds in interleaved runs (a worktree per build): that
-separates differences of a few tenths of a core, which real lanes' tokens/s cannot.
+(percent of one core; the feeding thread's own work is in the process figure), and how often its threads were
+woken (Qt's GUI thread pool should show none on a machine with few cores: app.ui.priority.serial_painting). Single
+runs vary by up to ± 0.3 % of a core and the machine's state moves the level, so compare builds in interleaved runs
+(a worktree per build): that separates differences of a few tenths of a core, which real lanes' tokens/s cannot.
 
     python resources/bench/gui_cost.py                     # under xvfb-run when $DISPLAY is unset
     python resources/bench/gui_cost.py --tokens 64 --rounds 3 --no-live-plots --platform offscreen
@@ -37,6 +38,33 @@ def cpu_s(tid: int | None = None) -> float:
     """CPU seconds of this process, or of one of its threads (Linux /proc)."""
     f = Path(f"/proc/self/task/{tid}/stat" if tid else "/proc/self/stat").read_text().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches() -> dict[int, tuple[str, int]]:
+    """native thread id → (its name, voluntary context switches so far): how often each thread went to sleep and was
+    woken again (Linux /proc). Threads that end between two reads are left out."""
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            status = Path(f"/proc/self/task/{t}/status").read_text()
+            name = Path(f"/proc/self/task/{t}/comm").read_text().strip()
+        except OSError:
+            continue
+        out[int(t)] = (name, int(status.split("voluntary_ctxt_switches:")[1].split()[0]))
+    return out
+
+
+def wakeups(s0: dict[int, tuple[str, int]], s1: dict[int, tuple[str, int]], secs: float, main_tid: int,
+            feeder_tid: int) -> dict[str, float]:
+    """Wake-ups a second between two :func:`switches` reads: the main thread, Qt's GUI thread pool ("Thread
+    (pooled)"), and the window's other threads (the replay's own feeding thread left out)."""
+    out = {"main thread": 0.0, "Qt pool threads": 0.0, "other threads": 0.0}
+    for tid, (name, n) in s1.items():
+        if tid == feeder_tid:
+            continue
+        key = "main thread" if tid == main_tid else "Qt pool threads" if name.startswith("Thread (pooled)") else "other threads"
+        out[key] += (n - s0.get(tid, (name, 0))[1]) / secs
+    return out
 
 
 def pieces_of(text: str, n: int = 3) -> list[str]:
@@ -92,6 +120,7 @@ class ReplayClient:
         warm = any(lane.group == "warmup" for lane in cmd.lanes)
         if not warm:
             self.marks["t0"] = (time.monotonic(), cpu_s(self.main_tid), cpu_s())
+            self.marks["s0"], self.marks["feeder"] = switches(), threading.get_native_id()
         pi = 0
         for j, lane in enumerate(cmd.lanes):
             _, per_step, rate, k = LANES[j % len(LANES)]
@@ -127,11 +156,13 @@ class ReplayClient:
             self.on_event(RunDone(lane.lane_id, stats))
         if not warm:
             self.marks["t1"] = (time.monotonic(), cpu_s(self.main_tid), cpu_s())
+            self.marks["s1"] = switches()
         self.on_event(RunFinished(cmd.run_id))
 
 
-def one_round(tokens: int, live_plots: bool) -> tuple[float, float, float]:
-    """(seconds of recorded lanes, main thread %, process %) of one replayed run in this process's QApplication."""
+def one_round(tokens: int, live_plots: bool) -> tuple[float, float, float, dict[str, float]]:
+    """(seconds of recorded lanes, main thread %, process %, :func:`wakeups`) of one replayed run in this process's
+    QApplication."""
     from dataclasses import replace
 
     from PySide6.QtCore import QSettings, QTimer
@@ -163,7 +194,8 @@ def one_round(tokens: int, live_plots: bool) -> tuple[float, float, float]:
 
         shiboken6.delete(win)
     (a, m0, p0), (b, m1, p1) = marks["t0"], marks["t1"]
-    return b - a, 100 * (m1 - m0) / (b - a), 100 * (p1 - p0) / (b - a)
+    woke = wakeups(marks["s0"], marks["s1"], b - a, main_tid, marks["feeder"])
+    return b - a, 100 * (m1 - m0) / (b - a), 100 * (p1 - p0) / (b - a), woke
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,9 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{machine_summary()} ({cpu_cores()} usable) · {platform} · {args.tokens} tokens a lane · "
           f"live plots {'off' if args.no_live_plots else 'on'}")
     for r in range(args.rounds):
-        secs, main_pct, proc_pct = one_round(args.tokens, not args.no_live_plots)
+        secs, main_pct, proc_pct, woke = one_round(args.tokens, not args.no_live_plots)
         print(f"round {r + 1}: lanes {secs:.1f} s · window main thread {main_pct:.2f} % of a core · whole process {proc_pct:.2f} %",
               flush=True)
+        print("  wake-ups a second (each may push a lane's compute thread off its core): "
+              + " · ".join(f"{k} {v:.0f}" for k, v in woke.items()), flush=True)
     return 0
 
 

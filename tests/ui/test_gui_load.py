@@ -476,6 +476,14 @@ def test_gui_cost_replays_a_run_into_the_window_and_reports_its_cpu():
     for secs, main_pct, proc_pct in rounds:
         # 12 tokens a lane at 22, 26 and 20 tok/s: about 1.6 s of lanes
         assert 1.0 < float(secs) < 10.0 and 0.0 <= float(main_pct) <= float(proc_pct) + 1.0 < 100.0, r.stdout
+    woke = re.findall(r"wake-ups a second .*: main thread (\d+) · Qt pool threads (\d+) · other threads (\d+)", r.stdout)
+    assert len(woke) == 2, r.stdout
+    from app.ui.load import few_cores
+
+    for main, pool, _other in woke:
+        assert int(main) >= 1, r.stdout  # the frame timer alone wakes it 4–20 times a second
+        if few_cores():  # like CI's 2 cores: Qt's painting stays on the window's own threads
+            assert int(pool) == 0, r.stdout
 
 
 def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path):
