@@ -62,6 +62,14 @@ FEW_CORES_FRAME_BUDGET = 0.01
 HOLD_AFTER_MS = 40
 #: opacity (0–255) of the plot-background veil behind the plots' legends
 LEGEND_VEIL_ALPHA = 160
+#: a legend is shown only in a plot at least this many times its height
+LEGEND_ROOM = 1.5
+#: a lane's name in the tokens/s legend is cut to this many characters (the lane's header and Results keep it whole)
+LEGEND_NAME_CHARS = 24
+
+
+def _elide(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 class PlotPanel(QWidget):
@@ -162,7 +170,9 @@ class PlotPanel(QWidget):
         self.p_pos.setLabel("left", "accepted fraction")
         self.p_pos.setYRange(0, 1.02, padding=0)
         self.p_pos.enableAutoRange(axis="y", enable=False)
-        self.p_tps.addLegend(offset=(-5, -5), labelTextSize="8pt")  # bottom right: the rates sit high in the plot
+        # top right, clear of the phase labels at the left: the range is set by the early peaks, the settled rates
+        # run below them later on
+        self.p_tps.addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.p_tps.legend.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
         # run-start markers and crosshair lines
@@ -188,9 +198,18 @@ class PlotPanel(QWidget):
         self.p_sys.getAxis("right").linkToView(self.sys_vb2)
         self.sys_vb2.setXLink(self.p_sys)
         self.p_sys.vb.sigResized.connect(self._sync_sys_views)
-        self.sys_legend = self.p_sys.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.sys_legend = self.p_sys.addLegend(offset=(5, 5), labelTextSize="8pt", colCount=2)
         self.sys_legend.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self._sys_curves: dict[str, pg.PlotDataItem] = {}
+        self.p_sys.vb.sigResized.connect(self.fit_legends)
+        self.p_tps.vb.sigResized.connect(self.fit_legends)
+
+    def fit_legends(self) -> None:
+        """Show a legend only where its plot is tall enough to keep most of the data clear of it (a short plot
+        would be half covered: the lanes' colours are in their headers)."""
+        for p, legend in ((self.p_tps, self.p_tps.legend), (self.p_sys, self.sys_legend)):
+            if legend is not None:
+                legend.setVisible(p.vb.height() >= LEGEND_ROOM * legend.boundingRect().height())
 
     def _sync_sys_views(self) -> None:
         self.sys_vb2.setGeometry(self.p_sys.vb.sceneBoundingRect())
@@ -226,6 +245,7 @@ class PlotPanel(QWidget):
         self.p_sys.setLabel("left", "GPU util %" if gpu else "CPU % (of one core)")
         self.p_sys.setLabel("right", "GPU memory MiB" if gpu else "RSS MiB")
         self._update_sys_title()
+        self.fit_legends()
 
     def _update_sys_title(self) -> None:
         state = self.gpu_state
@@ -343,13 +363,14 @@ class PlotPanel(QWidget):
         for i, (lane_id, label, color) in enumerate(lanes):
             ln = LaneSeries(lane_id, label, color, self.capacity)
             pen = pg.mkPen(color, width=2)
-            ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {label}", connect="finite")
+            ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {_elide(label, LEGEND_NAME_CHARS)}", connect="finite")
             ln.alpha_curve = self.p_alpha.plot([], [], pen=pen, connect="finite")
             w = 0.8 / n
             ln.bars = pg.BarGraphItem(x=[], height=[], width=w, brush=pg.mkBrush(color), pen=pg.mkPen(None))
             ln.bar_offset = (i - (n - 1) / 2) * w
             self.p_pos.addItem(ln.bars)
             self.lanes[lane_id] = ln
+        self.fit_legends()
         # keep a little telemetry from before the start for context
         v = self.tele.view()
         keep = v[v[:, 0] >= t0 - 3.0].copy() if len(v) else v

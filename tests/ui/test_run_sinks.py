@@ -227,5 +227,36 @@ def test_plot_legends_are_veiled_in_the_themes_background_so_curves_under_them_d
             assert legend.items, "the legend lists the lanes / series"
             for _sample, label in legend.items:
                 assert QColor(label.opts["color"]).name() == QColor(theme.plot_fg).name()
-    plots.start_run(RunPlan("t", ("ngram",), (Prompt("p", "x"),), Sampling()), None, t0=time.monotonic())  # new names
-    assert [QColor(label.opts["color"]).name() for _s, label in plots.p_tps.legend.items] == [QColor(LIGHT.plot_fg).name()]
+    long = "draft:qwen2.5-coder-0.5b-instruct,k=4,schedule=constant"
+    plots.start_run(RunPlan("t", ("ngram", long), (Prompt("p", "x"),), Sampling()), None, t0=time.monotonic())  # new names
+    labels = [label for _s, label in plots.p_tps.legend.items]
+    assert [QColor(label.opts["color"]).name() for label in labels] == [QColor(LIGHT.plot_fg).name()] * 2
+    from app.ui.plots import LEGEND_NAME_CHARS
+
+    # long setups cut short (their lane headers keep them whole): the legend stays narrow over the data
+    assert labels[0].text == "1: ngram" and labels[1].text == "2: " + long[: LEGEND_NAME_CHARS - 1] + "…"
+
+
+def test_a_legend_shows_only_where_its_plot_has_room_for_it(qtbot):
+    """A plot squeezed short (a small window, tall lanes) would be half covered by its legend: it is hidden there and
+    shown again when the plot grows."""
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.ui.plots import LEGEND_ROOM, PlotPanel
+    from app.worker.plan import RunPlan
+
+    plots = PlotPanel(window_s=0.01)
+    qtbot.addWidget(plots)
+    plots.resize(1000, 700)
+    plots.show()
+    plots.start_run(RunPlan("t", ("baseline", "ngram", "ngram:n=2,k=4"), (Prompt("p", "x"),), Sampling()), None,
+                    t0=time.monotonic())
+    legend = plots.p_tps.legend
+
+    def shown_when(height: int) -> bool:
+        plots.resize(1000, height)
+        qtbot.wait(50)
+        assert (plots.p_tps.vb.height() >= LEGEND_ROOM * legend.boundingRect().height()) == legend.isVisible()
+        return legend.isVisible()
+
+    assert shown_when(700) and not shown_when(260) and shown_when(700)
