@@ -61,7 +61,7 @@ FEW_CORES_FRAME_BUDGET = 0.01
 #: where no paint came (a hidden view)
 HOLD_AFTER_MS = 40
 #: opacity (0–255) of the plot-background veil behind the plots' legends
-LEGEND_VEIL_ALPHA = 160
+LEGEND_VEIL_ALPHA = 120
 #: a legend is shown only in a plot at least this many times its height
 LEGEND_ROOM = 1.5
 #: a lane's name in the tokens/s legend is cut to this many characters (the lane's header and Results keep it whole)
