@@ -11,7 +11,37 @@ import pyqtgraph as pg
 
 from app.core.metrics import LaneAccumulator
 
-__all__ = ["nice_ceiling", "Ring", "LaneSeries", "Phase", "TimedLayout", "COLUMNS"]
+__all__ = ["nice_ceiling", "Ring", "LaneSeries", "Phase", "TimedLayout", "COLUMNS", "elide", "fit_legend", "veil_legend",
+           "LEGEND_VEIL_ALPHA", "LEGEND_ROOM", "LEGEND_NAME_CHARS"]
+
+#: opacity (0–255) of the plot-background veil behind the plots' legends
+LEGEND_VEIL_ALPHA = 120
+#: a legend is shown only in a plot at least this many times its height
+LEGEND_ROOM = 1.5
+#: a lane's name in the tokens/s legend is cut to this many characters (the lane's header and Results keep it whole)
+LEGEND_NAME_CHARS = 24
+
+
+def elide(text: str, n: int) -> str:
+    """`text` cut to `n` characters, the last one an ellipsis where it was cut."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def fit_legend(plot, legend) -> None:
+    """Show `legend` only where `plot` is at least :data:`LEGEND_ROOM` times its height: in a plot squeezed short
+    it would cover most of the data (the lanes' colours are in their headers; hovering reads values)."""
+    if legend is not None:
+        legend.setVisible(plot.vb.height() >= LEGEND_ROOM * legend.boundingRect().height())
+
+
+def veil_legend(legend, background: str, text: str) -> None:
+    """A legend sits over the data: a veil of the plot's `background` keeps its names (in `text` colour) readable
+    over the curves, which still show through it."""
+    if legend is not None:
+        veil = pg.mkColor(background)
+        veil.setAlpha(LEGEND_VEIL_ALPHA)
+        legend.setBrush(pg.mkBrush(veil))
+        legend.setLabelTextColor(text)
 
 _STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5)
 

@@ -34,7 +34,24 @@ from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, StepEvent
 from app.ui.load import few_cores
-from app.ui.plot_parts import _ACC, _ALPHA, _DR, _RATE, _T, _TOK, _TS, LaneSeries, Phase, Ring, TimedLayout, nice_ceiling
+from app.ui.plot_parts import (
+    _ACC,
+    _ALPHA,
+    _DR,
+    _RATE,
+    _T,
+    _TOK,
+    _TS,
+    LEGEND_NAME_CHARS,
+    LaneSeries,
+    Phase,
+    Ring,
+    TimedLayout,
+    elide,
+    fit_legend,
+    nice_ceiling,
+    veil_legend,
+)
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
 
@@ -60,16 +77,6 @@ FEW_CORES_FRAME_BUDGET = 0.01
 #: on few cores the view is held again once the redraw's paint is done, or this long after the redraw released it
 #: where no paint came (a hidden view)
 HOLD_AFTER_MS = 40
-#: opacity (0–255) of the plot-background veil behind the plots' legends
-LEGEND_VEIL_ALPHA = 120
-#: a legend is shown only in a plot at least this many times its height
-LEGEND_ROOM = 1.5
-#: a lane's name in the tokens/s legend is cut to this many characters (the lane's header and Results keep it whole)
-LEGEND_NAME_CHARS = 24
-
-
-def _elide(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 class PlotPanel(QWidget):
@@ -205,11 +212,9 @@ class PlotPanel(QWidget):
         self.p_tps.vb.sigResized.connect(self.fit_legends)
 
     def fit_legends(self) -> None:
-        """Show a legend only where its plot is tall enough to keep most of the data clear of it (a short plot
-        would be half covered: the lanes' colours are in their headers)."""
-        for p, legend in ((self.p_tps, self.p_tps.legend), (self.p_sys, self.sys_legend)):
-            if legend is not None:
-                legend.setVisible(p.vb.height() >= LEGEND_ROOM * legend.boundingRect().height())
+        """Show a legend only where its plot has room for it (app.ui.plot_parts.fit_legend)."""
+        fit_legend(self.p_tps, self.p_tps.legend)
+        fit_legend(self.p_sys, self.sys_legend)
 
     def _sync_sys_views(self) -> None:
         self.sys_vb2.setGeometry(self.p_sys.vb.sceneBoundingRect())
@@ -262,13 +267,8 @@ class PlotPanel(QWidget):
                 a.setPen(pg.mkPen(theme.muted))
                 a.setTextPen(pg.mkPen(fg))
             p.titleLabel.setText(p.titleLabel.text, color=theme.plot_fg)
-        # legends sit over the data: a veil of the plot's background keeps their names readable over the curves
-        veil = pg.mkColor(theme.plot_bg)
-        veil.setAlpha(LEGEND_VEIL_ALPHA)
         for legend in (self.p_tps.legend, self.sys_legend):
-            if legend is not None:
-                legend.setBrush(pg.mkBrush(veil))
-                legend.setLabelTextColor(theme.plot_fg)
+            veil_legend(legend, theme.plot_bg, theme.plot_fg)
         for ph in self.phases:
             for r in ph.regions:
                 r.setBrush(pg.mkBrush(self._phase_color(ph.label)))
@@ -363,7 +363,7 @@ class PlotPanel(QWidget):
         for i, (lane_id, label, color) in enumerate(lanes):
             ln = LaneSeries(lane_id, label, color, self.capacity)
             pen = pg.mkPen(color, width=2)
-            ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {_elide(label, LEGEND_NAME_CHARS)}", connect="finite")
+            ln.tps_curve = self.p_tps.plot([], [], pen=pen, name=f"{i + 1}: {elide(label, LEGEND_NAME_CHARS)}", connect="finite")
             ln.alpha_curve = self.p_alpha.plot([], [], pen=pen, connect="finite")
             w = 0.8 / n
             ln.bars = pg.BarGraphItem(x=[], height=[], width=w, brush=pg.mkBrush(color), pen=pg.mkPen(None))

@@ -211,7 +211,8 @@ def test_plot_legends_are_veiled_in_the_themes_background_so_curves_under_them_d
 
     from app.core.prompts import Prompt
     from app.core.setups import Sampling
-    from app.ui.plots import LEGEND_VEIL_ALPHA, PlotPanel
+    from app.ui.plot_parts import LEGEND_VEIL_ALPHA
+    from app.ui.plots import PlotPanel
     from app.ui.theme import DARK, LIGHT
     from app.worker.plan import RunPlan
 
@@ -231,7 +232,7 @@ def test_plot_legends_are_veiled_in_the_themes_background_so_curves_under_them_d
     plots.start_run(RunPlan("t", ("ngram", long), (Prompt("p", "x"),), Sampling()), None, t0=time.monotonic())  # new names
     labels = [label for _s, label in plots.p_tps.legend.items]
     assert [QColor(label.opts["color"]).name() for label in labels] == [QColor(LIGHT.plot_fg).name()] * 2
-    from app.ui.plots import LEGEND_NAME_CHARS
+    from app.ui.plot_parts import LEGEND_NAME_CHARS
 
     # long setups cut short (their lane headers keep them whole): the legend stays narrow over the data
     assert labels[0].text == "1: ngram" and labels[1].text == "2: " + long[: LEGEND_NAME_CHARS - 1] + "…"
@@ -242,7 +243,8 @@ def test_a_legend_shows_only_where_its_plot_has_room_for_it(qtbot):
     shown again when the plot grows."""
     from app.core.prompts import Prompt
     from app.core.setups import Sampling
-    from app.ui.plots import LEGEND_ROOM, PlotPanel
+    from app.ui.plot_parts import LEGEND_ROOM
+    from app.ui.plots import PlotPanel
     from app.worker.plan import RunPlan
 
     plots = PlotPanel(window_s=0.01)
