@@ -1,5 +1,5 @@
 """Building blocks of the live plots (app.ui.plots): step-wise ranges, ring buffers, a lane's series, shaded
-phases, and a plot layout that times its own paints."""
+phases, a plot layout that times its own paints, the system plot's curves and telemetry rows, and legend helpers."""
 
 from __future__ import annotations
 
@@ -8,11 +8,46 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 
 from app.core.metrics import LaneAccumulator
 
 __all__ = ["nice_ceiling", "Ring", "LaneSeries", "Phase", "TimedLayout", "COLUMNS", "elide", "fit_legend", "veil_legend",
-           "LEGEND_VEIL_ALPHA", "LEGEND_ROOM", "LEGEND_NAME_CHARS"]
+           "LEGEND_VEIL_ALPHA", "LEGEND_ROOM", "LEGEND_NAME_CHARS", "SYS_CURVES", "telemetry_row"]
+
+#: the system plot's curves, GPU (True) or CPU (False): (name, colour, on the right-hand MiB axis, pen style)
+SYS_CURVES: dict[bool, tuple[tuple[str, str, bool, Qt.PenStyle], ...]] = {
+    True: (("GPU util %", "#76b900", False, Qt.PenStyle.SolidLine), ("GPU mem MiB", "#8250df", True, Qt.PenStyle.DashLine),
+           ("server GPU util %", "#D55E00", False, Qt.PenStyle.SolidLine),
+           ("server GPU mem MiB", "#CC79A7", True, Qt.PenStyle.DashLine)),
+    False: (("worker CPU %", "#0072B2", False, Qt.PenStyle.SolidLine), ("GUI CPU %", "#E69F00", False, Qt.PenStyle.SolidLine),
+            ("worker RSS MiB", "#0072B2", True, Qt.PenStyle.DashLine), ("GUI RSS MiB", "#E69F00", True, Qt.PenStyle.DashLine)),
+}
+
+
+def telemetry_row(s) -> tuple[float, ...]:
+    """A TelemetrySample as one row of the plots' telemetry ring: (t, four series, total GPU memory, host CPU %).
+    With GPUs: this machine's (NVML) and the served lanes' (DCGM exporters), each utilisation averaged and memory
+    summed; without: the worker's and the window's CPU % and RSS MiB."""
+    nan = math.nan
+    if s.gpus:
+        local = [x for x in s.gpus if not x.source]
+        served = [x for x in s.gpus if x.source]
+        return (s.t_mono, _mean_util(local), _sum_mem(local), _mean_util(served), _sum_mem(served),
+                float(sum(x.mem_total_mib for x in local)) if local else nan, s.host.cpu_pct)
+    w, g = s.host.proc("worker"), s.host.proc("gui")
+    return (s.t_mono, w.cpu_pct if w else nan, w.rss_mib if w else nan, g.cpu_pct if g else nan,
+            g.rss_mib if g else nan, nan, s.host.cpu_pct)
+
+
+def _mean_util(gpus) -> float:
+    vals = [g.util_pct for g in gpus if not math.isnan(g.util_pct)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _sum_mem(gpus) -> float:
+    return float(sum(g.mem_used_mib for g in gpus)) if gpus else math.nan
+
 
 #: opacity (0–255) of the plot-background veil behind the plots' legends
 LEGEND_VEIL_ALPHA = 120

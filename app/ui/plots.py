@@ -43,6 +43,7 @@ from app.ui.plot_parts import (
     _TOK,
     _TS,
     LEGEND_NAME_CHARS,
+    SYS_CURVES,
     LaneSeries,
     Phase,
     Ring,
@@ -50,6 +51,7 @@ from app.ui.plot_parts import (
     elide,
     fit_legend,
     nice_ceiling,
+    telemetry_row,
     veil_legend,
 )
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
@@ -228,18 +230,7 @@ class PlotPanel(QWidget):
             self.sys_legend.removeItem(c)
             (c.getViewBox() or self.p_sys.vb).removeItem(c)
         self._sys_curves = {}
-        if gpu:
-            specs = [("GPU util %", "#76b900", False, Qt.PenStyle.SolidLine), ("GPU mem MiB", "#8250df", True, Qt.PenStyle.DashLine),
-                     ("server GPU util %", "#D55E00", False, Qt.PenStyle.SolidLine),
-                     ("server GPU mem MiB", "#CC79A7", True, Qt.PenStyle.DashLine)]
-        else:
-            specs = [
-                ("worker CPU %", "#0072B2", False, Qt.PenStyle.SolidLine),
-                ("GUI CPU %", "#E69F00", False, Qt.PenStyle.SolidLine),
-                ("worker RSS MiB", "#0072B2", True, Qt.PenStyle.DashLine),
-                ("GUI RSS MiB", "#E69F00", True, Qt.PenStyle.DashLine),
-            ]
-        for name, color, right, style in specs:
+        for name, color, right, style in SYS_CURVES[gpu]:
             c = pg.PlotDataItem(pen=pg.mkPen(color, width=2, style=style), name=name, connect="finite")
             if right:
                 self.sys_vb2.addItem(c)
@@ -425,32 +416,13 @@ class PlotPanel(QWidget):
         self._update_sys_title()
 
     def _drain_telemetry(self) -> None:
-        nan = math.nan
         while self._inbox:
             s = self._inbox.popleft()
             if s.gpu_state != self.gpu_state:
                 self.gpu_state = s.gpu_state
                 self._update_sys_title()
-            gpu = bool(s.gpus)
-            self._setup_sys_curves(gpu)
-            w = s.host.proc("worker")
-            g = s.host.proc("gui")
-            if gpu:  # this machine's GPUs (NVML) and the served lanes' GPUs (DCGM exporters), each averaged / summed
-                local = [x for x in s.gpus if not x.source]
-                served = [x for x in s.gpus if x.source]
-                row = (s.t_mono, _mean_util(local), _sum_mem(local), _mean_util(served), _sum_mem(served),
-                       float(sum(x.mem_total_mib for x in local)) if local else nan, s.host.cpu_pct)
-            else:
-                row = (
-                    s.t_mono,
-                    w.cpu_pct if w else nan,
-                    w.rss_mib if w else nan,
-                    g.cpu_pct if g else nan,
-                    g.rss_mib if g else nan,
-                    nan,
-                    s.host.cpu_pct,
-                )
-            self.tele.append(row)
+            self._setup_sys_curves(bool(s.gpus))
+            self.tele.append(telemetry_row(s))
             self._tele_dirty = True
 
     # --- drawing ---------------------------------------------------------------------------------
@@ -597,12 +569,3 @@ class PlotPanel(QWidget):
     def buffer_len(self, lane_id: str) -> int:
         ln = self.lanes.get(lane_id)
         return len(ln.ring) if ln else 0
-
-
-def _mean_util(gpus) -> float:
-    vals = [g.util_pct for g in gpus if not math.isnan(g.util_pct)]
-    return float(np.mean(vals)) if vals else math.nan
-
-
-def _sum_mem(gpus) -> float:
-    return float(sum(g.mem_used_mib for g in gpus)) if gpus else math.nan
