@@ -1,7 +1,7 @@
 """The lanes area: the legend over one LaneView per lane, side by side (2×2 for four), as a run sink.
 
 Lane text is rendered once per display frame while a run is going (:meth:`LanesArea.on_frame`, called by the run
-controller 20 times a second, 5 on a machine with few cores: app.ui.run_controller.frame_ms): each frame inserts
+controller 20 times a second, 4 on a machine with few cores: app.ui.run_controller.frame_ms): each frame inserts
 every lane's new tokens in one batch; the headers' figures change at most :data:`HEADER_HZ` times a second (a
 label's new text lays the lane out again; once a second on few cores), and on few cores the lanes' scroll bars
 are held still during the run (LaneView.hold_scrollbar). A lane's badge ("✓ identical to baseline")

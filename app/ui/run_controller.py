@@ -5,7 +5,7 @@ and fans every event out to the run sinks (lane views, plots, results, status ba
     ctl.start(RunPlan(target, setups, prompts, sampling, warmup_tokens=4))   # warm-up, then the recorded run
     ctl.stop()                                                               # both runs cancelled
 
-While a run is going the controller paints in frames: a timer (:func:`frame_ms`: 20 a second, 5 on a machine with
+While a run is going the controller paints in frames: a timer (:func:`frame_ms`: 20 a second, 4 on a machine with
 few cores, where the window shares the lanes' cores) delivers the steps that arrived since the last frame (the
 bridge batches them instead of waking the GUI thread per step), then calls each sink's optional ``on_frame()``
 (the lane text is drawn there). Ends, errors and the worker's state still go out at once.
