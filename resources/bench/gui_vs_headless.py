@@ -36,6 +36,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from app.core.costs import machine_summary  # noqa: E402 (after the path)
+
 DEFAULT_PROMPT = (
     "Complete this Python function that checks whether a string is a palindrome, ignoring case and "
     "non-alphanumeric characters:\n\ndef is_palindrome(s: str) -> bool:\n"
@@ -47,21 +51,6 @@ def load_avg() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
-
-
-def cpu_line() -> str:
-    """CPU model, logical CPUs and the vector extensions torch's CPU kernels care about."""
-    model, flags = "?", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
-    return f"{model}, {os.cpu_count()} logical CPUs, {' '.join(simd) or 'no AVX2'}"
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, float, str]:
@@ -185,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     lags: dict[str, list[float]] = {k: [] for k in platforms}
     cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in platforms}
     loads: list[float] = []
-    print(f"CPU: {cpu_line()}")
+    print(f"CPU: {machine_summary()}")
     print(f"target {args.target}, setups baseline + {' + '.join(setups)}, {args.max_new_tokens} tokens, interleaved; reports in {out}\n")
     for rnd in range(args.rounds):
         order = kinds[rnd % len(kinds):] + kinds[: rnd % len(kinds)]

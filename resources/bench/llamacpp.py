@@ -15,7 +15,6 @@ speedup against the baseline of its own target; the PyTorch baseline is the refe
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from app.core.costs import machine_summary  # noqa: E402 (after the path)
 
 PROMPTS = {
     "palindrome": "Complete this Python function that checks whether a string is a palindrome, ignoring case and "
@@ -35,17 +36,6 @@ PAIRS = {
     "qwen": ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
     "smollm2": ("smollm2-135m-instruct", "smollm2-135m-instruct"),
 }
-
-
-def cpu_line() -> str:
-    model, flags = "?", set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name") and model == "?":
-            model = line.split(":", 1)[1].strip()
-        elif line.startswith("flags") and not flags:
-            flags = set(line.split(":", 1)[1].split())
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
-    return f"{model}, {os.cpu_count()} logical CPUs, {' '.join(simd) or 'no AVX2'}"
 
 
 def overhead(target: str, tokens: int, rounds: int) -> None:
@@ -97,7 +87,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4, help="draft length of the llama.cpp draft lane")
     ap.add_argument("--skip-lanes", action="store_true")
     args = ap.parse_args()
-    print(f"CPU: {cpu_line()}")
+    print(f"CPU: {machine_summary()}")
     target, draft = PAIRS[args.pair]
     overhead(target, args.tokens, args.rounds)
     if not args.skip_lanes:
