@@ -529,3 +529,52 @@ def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path
     rounds_line = r.stdout.splitlines()[r.stdout.splitlines().index(pooled_line) + 2]
     assert [x.strip() for x in rounds_line.split(",")] == ["0.970 +2.0"] * 4, rounds_line  # each round's pooled ratio beside its extra wait
     assert "xvfb/headless" in r.stdout  # the side-by-side table too
+
+
+def _live_vs_frozen():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "resources" / "bench" / "gui_live_vs_frozen.py"
+    spec = importlib.util.spec_from_file_location("gui_live_vs_frozen", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return script, mod
+
+
+def test_live_vs_frozen_alternates_the_passes_and_pools_each_pair():
+    """resources/bench/gui_live_vs_frozen.py: after a warm-up, pairs alternate which mode goes first (a steady drift
+    of the machine cancels); each pair pools its setups (geometric mean of live / frozen); a pair cut short is left
+    out and a pair of two passes of one mode is an error."""
+    _, mod = _live_vs_frozen()
+    assert mod.pass_order(3) == ["warm-up", "live", "frozen", "frozen", "live", "live", "frozen"]
+    passes = [("warm-up", {"a": 1.0}), ("live", {"a": 9.0, "b": 18.0}), ("frozen", {"a": 10.0, "b": 20.0}),
+              ("frozen", {"a": 10.0}), ("live", {"a": 11.0, "b": 5.0}), ("live", {"a": 1.0})]
+    assert mod.pair_ratios(passes) == pytest.approx([0.9, 1.1])  # b left out of the 2nd pair: no frozen figure
+    with pytest.raises(ValueError, match="one live and one frozen"):
+        mod.pair_ratios([("live", {"a": 1.0}), ("live", {"a": 1.0})])
+
+
+@pytest.mark.slow
+def test_live_vs_frozen_runs_real_lanes_and_the_frozen_window_runs_nothing(tiny_pair):
+    """The script end to end (offscreen) on a real worker with tiny models: a warm-up pass, then one live and one
+    frozen pass of the same lanes. In the frozen pass the window's event loop never ran while the lanes ran (no tick
+    of its load meter); in the live pass it did; the summary says one pair is too few for an interval."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script, _ = _live_vs_frozen()
+    target, _ = tiny_pair
+    r = subprocess.run([sys.executable, str(script), "--target", str(target), "--setup", "baseline", "--setup", "ngram:n=2,k=4",
+                        "--prompt", "Tell a story.", "--max-new-tokens", "400", "--pairs", "1", "--platform", "offscreen"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    passes = re.findall(r"pass +\d+ +(warm-up|live|frozen): baseline ([\d.]+), ngram:n=2,k=4 ([\d.]+) tok/s .* event-loop ticks (\d+)",
+                        r.stdout)
+    assert [p[0] for p in passes] == ["warm-up", "live", "frozen"], r.stdout
+    assert all(float(p[1]) > 0 and float(p[2]) > 0 for p in passes), r.stdout
+    ticks = {p[0]: int(p[3]) for p in passes}
+    assert ticks["frozen"] == 0 and ticks["live"] >= 1, r.stdout
+    assert re.search(r"live / frozen [\d.]+ \(1 pair: too few for an interval", r.stdout), r.stdout
