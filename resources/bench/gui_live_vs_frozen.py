@@ -96,6 +96,9 @@ def run_passes(args) -> list[tuple[str, dict[str, float], dict[str, float], dict
 
     serial_painting()
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    import shiboken6
+
+    from app.core.errors import SpecDeckError
     from app.ui.main_window import MainWindow
     from app.worker.client import spawn_from_a_steady_thread
     from app.worker.messages import RunFinished
@@ -109,7 +112,12 @@ def run_passes(args) -> list[tuple[str, dict[str, float], dict[str, float], dict
         win = MainWindow(settings=QSettings(str(Path(tmp) / "s.ini"), QSettings.Format.IniFormat))
         s = win.session().with_(target=args.target, setups=tuple(args.setup), prompt=args.prompt, prompt_id="custom",
                                 mode="interleaved")
-        win.apply_session(s.with_(sampling=replace(s.sampling, max_new_tokens=args.max_new_tokens)))
+        try:
+            win.apply_session(s.with_(sampling=replace(s.sampling, max_new_tokens=args.max_new_tokens)))
+        except SpecDeckError as e:
+            win.shutdown()
+            shiboken6.delete(win)
+            raise RuntimeError(f"{e.message} (check --target, --setup and --max-new-tokens)") from None
         win.resize(1560, 980)
         win.show()
         bridge = win.bridge
@@ -167,8 +175,6 @@ def run_passes(args) -> list[tuple[str, dict[str, float], dict[str, float], dict
         app.exec()
         watchdog.stop()
         win.close()
-        import shiboken6
-
         shiboken6.delete(win)  # before Qt is torn down (PySide 6.11 + pyqtgraph crash at exit otherwise)
     if state["error"]:
         raise RuntimeError(state["error"])

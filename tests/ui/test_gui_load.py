@@ -555,6 +555,20 @@ def test_live_vs_frozen_alternates_the_passes_and_pools_each_pair():
         mod.pair_ratios([("live", {"a": 1.0}), ("live", {"a": 1.0})])
 
 
+def test_live_vs_frozen_says_what_is_wrong_with_a_bad_setup():
+    """A setup the window refuses: exit 1 with one error line naming the options to check, before any model loads."""
+    import os
+    import subprocess
+    import sys
+
+    script, _ = _live_vs_frozen()
+    r = subprocess.run([sys.executable, str(script), "--setup", "nonsense:x", "--platform", "offscreen"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "unknown method 'nonsense'" in errors[0] and "check --target, --setup" in errors[0], r.stderr
+
+
 @pytest.mark.slow
 def test_live_vs_frozen_runs_real_lanes_and_the_frozen_window_runs_nothing(tiny_pair):
     """The script end to end (offscreen) on a real worker with tiny models: a warm-up pass, then one live and one
