@@ -12,7 +12,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "gui_app"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,26 +35,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def gui_app():
+    """The QApplication as the GUI runs it (benchmarks that drive the real window start it this way too): Qt's
+    painting kept on the window's own threads on a few-core machine (before Qt paints anything), workers started
+    from a thread kept at normal priority, and the window's own threads then yielding the CPU to them (on 2 cores the
+    GUI's wake-ups slowed the lanes it measures: app.ui.priority).
+
+    Returns:
+        (the QApplication, what :func:`app.ui.priority.yield_to_worker` said: "" when the threads were lowered).
+    """
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.priority import serial_painting, yield_to_worker
+    from app.worker.client import spawn_from_a_steady_thread
+
+    serial_painting()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    return app, yield_to_worker(keep={spawn_from_a_steady_thread()})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the GUI; returns the process exit code."""
     args = build_parser().parse_args(argv)
     from PySide6.QtCore import QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
 
     from app.core.errors import SpecDeckError
     from app.ui.main_window import MainWindow
-    from app.ui.priority import serial_painting
     from app.ui.session import preset
     from app.ui.theme import DARK
 
-    serial_painting()  # before Qt paints anything: no raster thread pool on a few-core machine
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    # Workers start from a thread kept at normal priority; the GUI's own threads then yield the CPU to them
-    # (on 2 cores the GUI's wake-ups slowed the lanes it measures: app.ui.priority).
-    from app.ui.priority import yield_to_worker
-    from app.worker.client import spawn_from_a_steady_thread
-
-    said = yield_to_worker(keep={spawn_from_a_steady_thread()})
+    app, said = gui_app()
     if said and sys.platform.startswith("linux") and "SPECDECK_GUI_PRIORITY=normal" not in said:
         print(f"warning: the window's threads were {said}; on a machine with few cores it may slow the lanes it "
               "measures", file=sys.stderr)

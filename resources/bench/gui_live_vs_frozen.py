@@ -24,6 +24,7 @@ its event loop ran while the lanes ran.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -44,12 +45,14 @@ DEFAULT_PROMPT = (
 LIVE, FROZEN, WARMUP = "live", "frozen", "warm-up"
 
 
-def _paired():
-    """gui_vs_headless.py's paired_summary and verdict (one bootstrap, one wording for both scripts)."""
+@functools.lru_cache(maxsize=1)
+def _headless_script():
+    """gui_vs_headless.py as a module: its report readers, bootstrap and verdict serve both scripts (bench scripts are
+    not a package, so by path)."""
     spec = importlib.util.spec_from_file_location("gui_vs_headless", Path(__file__).with_name("gui_vs_headless.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.paired_summary, mod.verdict
+    return mod
 
 
 def pass_order(pairs: int) -> list[str]:
@@ -74,10 +77,10 @@ def pair_ratios(passes: list[tuple[str, dict[str, float]]]) -> list[float]:
 
 
 def figures(report: dict) -> tuple[dict[str, float], dict[str, float], dict]:
-    """(setup → tok/s, setup → lanes' CPU wait %, the window's load figures) from MainWindow.report()."""
-    tps = {r["setup"]: r["tokens_per_s"] for r in report.get("summary", []) if r.get("tokens_per_s") is not None}
-    waits = {r["setup"]: 100 * r["cpu_wait_share"] for r in report.get("summary", []) if r.get("cpu_wait_share") is not None}
-    return tps, waits, (report.get("gui") or {}).get("load") or {}
+    """(setup → tok/s, setup → lanes' CPU wait %, the window's load figures) from MainWindow.report() (the bench
+    schema: read as gui_vs_headless.py reads it)."""
+    gvh = _headless_script()
+    return gvh.per_setup(report), gvh.cpu_waits(report), (report.get("gui") or {}).get("load") or {}
 
 
 def _num(x) -> float:
@@ -89,21 +92,15 @@ def run_passes(args) -> list[tuple[str, dict[str, float], dict[str, float], dict
     Raises RuntimeError when a run is refused, fails, or its worker stays silent for `args.timeout` seconds."""
     from dataclasses import replace
 
-    from PySide6.QtCore import QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
-
-    from app.ui.priority import serial_painting, yield_to_worker
-
-    serial_painting()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
     import shiboken6
+    from PySide6.QtCore import QSettings, QTimer
 
     from app.core.errors import SpecDeckError
+    from app.ui.main import gui_app
     from app.ui.main_window import MainWindow
-    from app.worker.client import spawn_from_a_steady_thread
     from app.worker.messages import RunFinished
 
-    yield_to_worker(keep={spawn_from_a_steady_thread()})
+    app, _ = gui_app()
     order = pass_order(args.pairs)
     out: list = []
     state: dict = {"i": 0, "run": None, "error": None}
@@ -217,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    paired_summary, verdict = _paired()
+    gvh = _headless_script()
     ratios = pair_ratios([(m, t) for m, t, _w, _l in passes])
     print(f"\n{len(passes)} passes in {time.monotonic() - t0:.0f} s")
     print("each pair, live / frozen (geometric mean over the setups): " + ", ".join(f"{r:.3f}" for r in ratios))
@@ -233,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"live / frozen {statistics.median(ratios):.3f} ({len(ratios)} pair{'s' if len(ratios) > 1 else ''}: too few for an "
               "interval, run --pairs 3 or more)")
     elif ratios:
-        med, lo, hi = paired_summary(ratios)
-        said = verdict(lo, hi).replace("headless", "a frozen window")
+        med, lo, hi = gvh.paired_summary(ratios)
+        said = gvh.verdict(lo, hi, than="a frozen window")
         print(f"live / frozen {med:.3f} (90 % interval {lo:.3f}–{hi:.3f}, {len(ratios)} pairs): {said}")
     return 0
 

@@ -112,12 +112,12 @@ def round_wait_increments(headless: dict[str, dict[int, float]], gui: dict[str, 
     return out
 
 
-def verdict(lo: float, hi: float, within: float = 0.05) -> str:
-    """What a 90 % interval of GUI/headless says about "within `within` of headless"."""
+def verdict(lo: float, hi: float, within: float = 0.05, than: str = "headless") -> str:
+    """What a 90 % interval of a ratio to `than` says about "within `within` of `than`"."""
     if lo >= 1 - within:
-        return f"within {100 * within:.0f} % of headless"
+        return f"within {100 * within:.0f} % of {than}"
     if hi < 1 - within:
-        return f"more than {100 * within:.0f} % slower than headless"
+        return f"more than {100 * within:.0f} % slower than {than}"
     return f"not decided by these rounds (the interval spans {1 - within:.2f}: run more)"
 
 
