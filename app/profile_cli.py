@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 
 from app.bench_text import format_table
-from app.cli import _Bar, _load_engines, _Stuck, _write_json
+from app.cli import _load_engines, _Stuck, _write_json
+from app.commands.progress import ProgressBars
 from app.core.errors import SpecDeckError
 
 __all__ = ["PROFILE_COLUMNS", "render_profiles", "cmd_profile"]
@@ -44,7 +45,7 @@ def cmd_profile(args) -> int:
         if dt and dt not in DRAFT_DTYPES:
             raise SpecDeckError(f"--draft {d}: unknown precision {dt!r}", fix=f"use NAME or NAME:D with D one of {', '.join(DRAFT_DTYPES)}")
         drafts.append((name, dt or None))
-    bar = _Bar(args.json == "-")
+    bar = ProgressBars(args.json == "-")
     quiet = args.json == "-"
 
     def say(text: str) -> None:

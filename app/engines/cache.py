@@ -44,6 +44,7 @@ __all__ = [
     "convert_gguf",
     "space_needed",
     "check_free_space",
+    "route_progress_bars",
 ]
 
 ProgressFn = Callable[[str, float, float, str], None]  # (task, done, total, unit)
@@ -179,7 +180,7 @@ class _ProgressBar:
 
 
 @contextmanager
-def _route_progress_bars(progress: ProgressFn, task: Callable[[], str]) -> Iterator[None]:
+def route_progress_bars(progress: ProgressFn, task: Callable[[], str]) -> Iterator[None]:
     """Send transformers' progress bars to `progress` instead of stderr, for the duration of the block.
 
     Two sources print during a conversion: the GGUF dequantisation loop (`tqdm.auto` in
@@ -234,7 +235,7 @@ def convert_gguf(gguf: Path, dest: Path, progress: ProgressFn = _noop, verify: b
 
     folder, fname = str(gguf.parent), gguf.name
     phase = ["load weights"]  # the task transformers' own bars report under (their totals differ from the steps')
-    with _route_progress_bars(progress, lambda: phase[0]):
+    with route_progress_bars(progress, lambda: phase[0]):
         try:
             progress("read tokenizer", 0, 1, "")
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)

@@ -15,7 +15,7 @@ import torch
 
 from app.core.errors import EngineError
 from app.engines.base import TokenizerMixin
-from app.engines.cache import ProgressFn, prepare
+from app.engines.cache import ProgressFn, prepare, route_progress_bars
 from app.engines.registry import EngineManifest
 
 __all__ = ["HFEngine", "HFDecodeState", "resolve_device", "resolve_dtype", "load_tokenizer"]
@@ -335,7 +335,8 @@ class HFEngine(TokenizerMixin):
         self.tokenizer = tokenizer
         progress(f"load {self.name}", 0, 1, "")
         try:
-            self.model = _load_model(self.folder, self.torch_dtype, self.device, quantized="quantization_config" in config)
+            with route_progress_bars(progress, lambda: f"load {self.name}: weights"):  # transformers' own bar: to `progress`, not stderr
+                self.model = _load_model(self.folder, self.torch_dtype, self.device, quantized="quantization_config" in config)
         except Exception as e:
             raise EngineError(f"cannot load engine {self.name} from {self.folder}: {type(e).__name__}: {e}", fix=_repair_hint(manifest)) from None
         self.model.eval()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -188,10 +187,8 @@ def test_parse_config_paths_and_defaults(tmp_path):
 
 
 def test_capability_here_says_not_installed():
-    """The real check on this machine (no tensorrt_llm): not usable, says why and how to install, fast."""
-    t0 = time.perf_counter()
+    """The real check on this machine (no tensorrt_llm): not usable, says why and how to install."""
     ok, why = trtllm.capability()
-    assert time.perf_counter() - t0 < 0.5
     assert not ok and why.startswith("not installed") and "make trtllm-env" in why and "3.10/3.12" in why
     from app.engines.status import backend_status
 

@@ -572,8 +572,9 @@ def test_live_vs_frozen_says_what_is_wrong_with_a_bad_setup():
 @pytest.mark.slow
 def test_live_vs_frozen_runs_real_lanes_and_the_frozen_window_runs_nothing(tiny_pair):
     """The script end to end (offscreen) on a real worker with tiny models: a warm-up pass, then one live and one
-    frozen pass of the same lanes. In the frozen pass the window's event loop never ran while the lanes ran (no tick
-    of its load meter); in the live pass it did; the summary says one pair is too few for an interval."""
+    frozen pass of the same lanes. In the frozen pass the window's event loop did not run while the lanes ran (no tick
+    of its load meter, or one or two on a loaded machine); in the live pass it ran all along; the summary says one
+    pair is too few for an interval."""
     import os
     import re
     import subprocess
@@ -590,5 +591,7 @@ def test_live_vs_frozen_runs_real_lanes_and_the_frozen_window_runs_nothing(tiny_
     assert [p[0] for p in passes] == ["warm-up", "live", "frozen"], r.stdout
     assert all(float(p[1]) > 0 and float(p[2]) > 0 for p in passes), r.stdout
     ticks = {p[0]: int(p[3]) for p in passes}
-    assert ticks["frozen"] == 0 and ticks["live"] >= 1, r.stdout
+    # 0 on a quiet machine; on a loaded one the window may run a tick while it draws the frozen pass's backlog, between
+    # the lanes' last events: far fewer than a live pass's (65-75 here under load, against 1)
+    assert ticks["frozen"] <= 2 and ticks["live"] > 3 * max(ticks["frozen"], 1), r.stdout
     assert re.search(r"live / frozen [\d.]+ \(1 pair: too few for an interval", r.stdout), r.stdout

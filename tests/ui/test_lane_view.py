@@ -1,9 +1,8 @@
-"""LaneView without a worker: token kinds and colours, tooltips, hiding rejected drafts, bounded memory,
-and a 10,000-token stream that must not stall the event loop."""
+"""LaneView without a worker: token kinds and colours, tooltips, hiding rejected drafts, bounded memory, and a
+10,000-token stream whose frames cost no more CPU at the end than at the start."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 from .helpers import expected_runs as _expected_runs
@@ -133,84 +132,47 @@ def test_memory_is_bounded(qtbot):
     assert v.token_at(pos).step == 4999
 
 
-def test_10k_token_stream_keeps_gui_responsive(qtbot):
-    """10,000 single-token steps pushed through the bridge from a background thread (like the worker's
-    draining thread) while a 10 ms heartbeat measures the longest event-loop stall."""
-    from PySide6.QtCore import QTimer
+def test_10k_token_stream_through_the_bridge_shows_every_token_in_bounded_memory(qtbot):
+    """10,000 steps pushed through the bridge from a background thread (like the worker's draining thread, ~4 events
+    per ms) all reach the lane and the plots, and the plot's ring stays bounded. How responsive the window stays
+    meanwhile is wall-clock and machine-dependent: resources/bench/lane_stream.py measures it (heartbeat gaps,
+    token-to-screen latency)."""
+    import importlib.util
+    from pathlib import Path
 
-    from app.ui.bridge import WorkerBridge
+    spec = importlib.util.spec_from_file_location("lane_stream", Path(__file__).resolve().parents[2] / "resources/bench/lane_stream.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    f = bench.stream(10_000)
+    assert f["tokens"] == 10_000 and f["flushes"] > 1
+    assert f["plot_points"] <= 2048  # bounded ring
+
+
+def test_a_flush_costs_the_same_cpu_when_the_text_is_long(qtbot):
+    """The regression this guards against: a repaint or layout whose cost grows with the text (a whole-document
+    relayout per append) makes a long lane's frames ever slower. Measured as the main thread's CPU time per
+    flush + repaint (time.thread_time: what this thread computed, not what other processes took from it, so it
+    holds on a loaded machine), early in a 10,000-step lane against late in it."""
     from app.ui.lane_view import LaneView
-    from app.ui.plots import PlotPanel
     from app.ui.theme import LIGHT
 
-    bridge = WorkerBridge()
     view = LaneView(0, "#0072B2", LIGHT)
-    plots = PlotPanel(LIGHT, capacity=2048)
     qtbot.addWidget(view)
-    qtbot.addWidget(plots)
     view.resize(600, 400)
     view.show()
-    plots.show()
-    plots.reset([("L1", "draft:x,k=4", "#0072B2")], time.monotonic())
-    bridge.event.connect(view.add_step)
-    bridge.event.connect(plots.add_step)
-    render = QTimer()
-    render.setInterval(33)
-    render.timeout.connect(view.flush)
-    render.start()
-
-    gaps = []
-    last = [time.monotonic()]
-
-    def beat():
-        now = time.monotonic()
-        gaps.append(now - last[0])
-        last[0] = now
-
-    hb = QTimer()
-    hb.setInterval(10)
-    hb.timeout.connect(beat)
-    hb.start()
-
-    n = 10_000
-    kinds = [(), (1, 2, 3, 4)]
-
-    def produce():
-        t = 0.0
-        for i in range(n):
-            d = kinds[i % 2]
-            t += 0.0005
-            # ~4 events per ms: far faster than any real model
-            bridge._on_event(
-                make_step("L1", i, drafted=d, accepted=min(len(d), i % 3), target_id=None if d and i % 3 >= len(d) else 7, t_s=t)
-            )
-            if i % 40 == 0:
-                time.sleep(0.01)
-
-    th = threading.Thread(target=produce)
-    t0 = time.monotonic()
-    th.start()
-    qtbot.waitUntil(lambda: view.events_seen == n and not view._pending, timeout=60_000)
-    th.join()
-    elapsed = time.monotonic() - t0
-    hb.stop()
-    render.stop()
-    worst = max(gaps)
-    print(
-        f"\n10k stream: {elapsed:.2f} s, worst heartbeat gap {worst * 1000:.0f} ms, token-to-screen latency max {view.latency_max_s * 1000:.0f} ms mean {view.latency_mean_s * 1000:.1f} ms, plot points kept {plots.buffer_len('L1')}"
-    )
-    # This stream is ~40x faster than any real model, so the loop is busy; seen here: gaps p50 25-40 ms,
-    # p99 127-139 ms, max 146-451 ms (the max once on a loaded 2-core machine). A repaint whose cost grows
-    # with the text (the regression this guards against) pushes the median and the max into seconds.
-    qs = sorted(gaps)
-    print("heartbeat gaps ms p50/p90/p99/max", [round(1000 * qs[int(q * (len(qs) - 1))]) for q in (0.5, 0.9, 0.99, 1.0)])
-    assert qs[len(qs) // 2] < 0.1, f"GUI median heartbeat gap {qs[len(qs) // 2] * 1000:.0f} ms"
-    assert worst < 1.0, f"GUI stalled {worst * 1000:.0f} ms"
-    assert view.latency_max_s < 2.0  # synthetic overload (~3000 steps/s); real runs see ~tens of ms
-    assert plots.buffer_len("L1") <= 2048  # bounded ring
-    plots.redraw(force=True)
-    assert plots.redraws > 0
-    bridge.deleteLater()
+    costs = []
+    for batch in range(200):
+        for i in range(batch * 50, batch * 50 + 50):
+            d = (1, 2, 3, 4) if i % 2 else ()
+            view.add_step(make_step("L1", i, drafted=d, accepted=min(len(d), i % 3), target_id=None if d and i % 3 >= len(d) else 7))
+        c0 = time.thread_time()
+        view.flush(header=True)
+        view.text.viewport().repaint()
+        costs.append(time.thread_time() - c0)
+    early, late = sorted(costs[5:25])[10], sorted(costs[-20:])[10]
+    print(f"\nCPU per flush of 50 steps: early {early * 1e3:.2f} ms, late {late * 1e3:.2f} ms")
+    assert view.events_seen == 10_000
+    assert late < 3 * early + 0.002, (early, late)  # the same work per frame, whatever the text's length
 
 
 def test_counts_only_steps_keep_their_kinds():

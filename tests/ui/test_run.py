@@ -58,33 +58,13 @@ def _run(qtbot, w, timeout=90_000, **kw):
 
 
 def test_run_fills_lanes_with_matching_kinds_and_colours(qtbot, win):
-    import time
-
-    from PySide6.QtCore import QTimer
     from PySide6.QtGui import QColor, QTextCursor
 
     from app.ui.theme import KIND_PROPERTY, KINDS
 
     win.setup_panel.max_tok_spin.setValue(24)
     win.set_setups(["baseline", win.draft_setup, "ngram:n=2,k=4"])
-    gaps, last = [], [time.monotonic()]
-
-    def beat():
-        now = time.monotonic()
-        gaps.append(now - last[0])
-        last[0] = now
-
-    hb = QTimer()
-    hb.setInterval(10)
-    hb.timeout.connect(beat)
-    hb.start()
     _run(qtbot, win)
-    hb.stop()
-    lat = [v.latency_max_s for v in win.lane_by_id.values()]
-    print(
-        f"\nreal run: worst heartbeat gap {max(gaps) * 1000:.0f} ms; token-to-screen latency max {max(lat) * 1000:.0f} ms, mean {sum(v.latency_mean_s for v in win.lane_by_id.values()) / 3 * 1000:.1f} ms"
-    )
-    assert max(gaps) < 0.5
     assert set(win.collected) == {"L1", "L2", "L3"}
     kinds_seen = set()
     for lid, view in win.lane_by_id.items():

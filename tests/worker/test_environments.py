@@ -1,8 +1,9 @@
 """Engines whose lanes run in another Python environment (issue 17: TensorRT-LLM 1.2 pins torch 2.9.x and
 transformers 4.57.3 and cannot live in SpecDeck's environment).
 
-A real second environment is made once (a venv of this interpreter with transformers==4.57.3 from the package
-index, no torch, no Qt, no SpecDeck install) under .cache/; a `backend = "trtllm"` manifest names its interpreter.
+A real second environment, made by `make test` (`make foreign-env`: a venv of this interpreter with
+transformers==4.57.3 from the package index, no torch, no Qt, no SpecDeck install); a `backend = "trtllm"` manifest
+names its interpreter.
 Its lanes then run in a worker started from that interpreter — the FAKE tensorrt_llm (tests/engines/
 fake_tensorrt_llm) standing in for the library, and tests/worker/foreign_site/sitecustomize.py making the
 capability check see Python 3.12, MPI and a CUDA driver (the only mocked part: none of them exist here).
@@ -25,23 +26,17 @@ pytestmark = pytest.mark.slow
 
 FAKE = ROOT / "tests" / "engines" / "fake_tensorrt_llm"
 SITE = Path(__file__).parent / "foreign_site"
-TRANSFORMERS = "transformers==4.57.3"  # what TensorRT-LLM 1.2.0 pins
 
 
 @pytest.fixture(scope="session")
 def foreign_python() -> str:
-    """The interpreter of a second environment (made once, reused while its requirements do not change)."""
-    env = ROOT / ".cache" / f"worker-env-py{sys.version_info[0]}{sys.version_info[1]}-{TRANSFORMERS.replace('==', '-')}"
-    py = env / "bin" / "python"
-    stamp = env / ".ready"
-    if not stamp.exists():
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
-        out = subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "-q", "install", TRANSFORMERS],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            pytest.fail(f"could not make the second environment ({TRANSFORMERS}): {out.stderr[-2000:]}")
-        stamp.write_text(TRANSFORMERS)
+    """The interpreter of the second environment that `make test` makes (`make foreign-env`): a venv of the base
+    interpreter with transformers as TensorRT-LLM pins it, nothing else."""
+    py = Path(os.environ.get("SPECDECK_FOREIGN_PYTHON", ROOT / ".cache" / "foreign-env-transformers-4.57.3" / "bin" / "python"))
+    if not py.is_file():
+        if os.environ.get("SPECDECK_FOREIGN_PYTHON"):
+            pytest.fail(f"the second environment is missing at {py}: `make foreign-env` makes it")
+        pytest.skip("the second worker environment is made by `make foreign-env` (make test does it)")
     return str(py)
 
 
