@@ -73,7 +73,7 @@ screenshots: deps models-qwen deb-gui
 # On a machine with an NVIDIA GPU (and a CUDA build of torch): CUDA lanes in bfloat16/float16, real NVML telemetry,
 # a GUI screenshot with GPU plots, TensorRT-LLM lanes when installed; one summary. Without a GPU it says so, exit 0.
 gpu-check: deps models-test deb-test
-	QT_QPA_PLATFORM=offscreen $(PY) -m app.gpu_check --out out/gpu-check --budget-s 280
+	QT_QPA_PLATFORM=offscreen $(PY) -m app gpu-check --out out/gpu-check --budget-s 280
 
 # TensorRT-LLM (1.2) cannot live in .venv: it pins torch 2.9.x / transformers 4.57.3 and has wheels for Python
 # 3.10/3.12. On a Linux machine with a CUDA 13 driver, this makes .venv-trtllm, which trtllm engines use by default

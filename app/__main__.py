@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import sys
 
-from app.cli import main
+from app.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,12 +8,12 @@ import json
 import subprocess
 import sys
 
-from app.gpu_check import Part, format_summary, gpu_presence, plan_parts, run_parts
+from app.commands.gpu_check import Part, format_summary, gpu_presence, plan_parts, run_parts
 from tests.telemetry.fake_pynvml import FakeGpu, FakeNvml
 
 
 def test_without_a_gpu_it_says_so_and_exits_0():
-    r = subprocess.run([sys.executable, "-m", "app.gpu_check"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "app", "gpu-check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "no NVIDIA GPU" in r.stdout and "Nothing to check" in r.stdout
 

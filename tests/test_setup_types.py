@@ -144,7 +144,7 @@ def test_the_readme_grammar_is_the_registry_s():
 
 
 def test_setups_command_lists_every_type_and_parameter():
-    from app.cli import describe_setups
+    from app.commands.setups import describe_setups
     from app.core.setups import kinds
 
     text = describe_setups()

@@ -14,7 +14,7 @@ Beam search of width B over D steps gives B beams; beams sharing a prefix share 
 prefix tree (app.speculative.tree) and keeps the longest path it agrees with. Candidates are the head's top tokens
 (deterministic), verified as point masses: lossless for greedy and sampling alike.
 
-A head is trained for one target by `python -m app train-drafter` (app.train_drafter) and stored with a manifest in
+A head is trained for one target by `python -m app train-drafter` (app.commands.train_drafter, app.speculative.redrafter_training) and stored with a manifest in
 the cache (:func:`heads_dir`): `head.safetensors` (float32) and `head.json`. The target's embedding is not stored:
 it is borrowed from the loaded target.
 """

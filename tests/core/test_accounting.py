@@ -109,7 +109,7 @@ def test_theory_is_not_applicable_when_every_draft_was_verified_by_the_prompt_fo
 
 
 def test_a_report_that_cannot_be_written_goes_somewhere_named(tmp_path, monkeypatch):
-    from app.cli import _write_json
+    from app.commands.worker_run import write_json as _write_json
 
     monkeypatch.chdir(tmp_path)
     where = _write_json({"a": 1}, str(tmp_path / "gone" / "r.json"))

@@ -82,7 +82,7 @@ def test_the_plan_loads_other_targets_with_their_drafts():
 def test_category_speedups_use_each_lanes_own_baseline():
     """The per-category table divides by the baseline of the lane's own target, like the main table (it once
     divided every lane by the run's baseline, showing llama.cpp lanes 3-4x "faster" than their own baseline)."""
-    from app.bench_text import render_categories
+    from app.core.report_text import render_categories
 
     runs = [_st("baseline", [1], 4.0, "a"), _st("baseline", [1], 4.0, "b"), _st(f"baseline@{LC}", [1], 1.0, "a"),
             _st(f"baseline@{LC}", [1], 1.0, "b"), _st(f"ngram@{LC}", [1], 2.0, "a"), _st(f"ngram@{LC}", [1], 0.5, "b")]

@@ -75,7 +75,7 @@ def test_shipped_suites_load_with_unique_ids():
 
 def test_bench_refuses_a_bad_prompts_file_before_starting_a_worker(tmp_path, monkeypatch, capsys):
     import app.worker.client as client
-    from app.cli import main
+    from app.commands import main
 
     def no_worker(*a, **kw):
         raise AssertionError("a worker was started")

@@ -326,7 +326,7 @@ def test_three_conversions_at_once_wait_for_one_another(tmp_path, cache, tiny_gg
 
 def test_convert_quiet_prints_nothing_but_the_result(tmp_path, cache, tiny_gguf, monkeypatch, capfd):
     """transformers' own bars ("Loading weights", "Writing model shards") go through the progress callback."""
-    from app.cli import main
+    from app.commands import main
 
     engines = tmp_path / "engines"
     engines.mkdir()

@@ -263,7 +263,7 @@ def test_batched_generations_are_the_targets_own_text():
     forward gives; a generation stops at its EOS."""
     import random
 
-    from app import train_drafter as td
+    from app.speculative import redrafter_training as td
 
     e = HFEngine(resolve("smollm2-135m-instruct"))
     prompts = td._task_prompts(td._corpus_files([]), random.Random(3), 40)

@@ -114,7 +114,7 @@ def test_cpu_wait_share_over_lanes():
 def test_bench_warns_of_setups_whose_lanes_waited_for_a_cpu():
     from dataclasses import replace
 
-    from app.bench_text import cpu_wait_warnings
+    from app.core.report_text import cpu_wait_warnings
 
     quiet = [_stats(2.0, 0.02)]
     busy = [replace(_stats(2.0, 0.3), setup="ngram")]

@@ -189,7 +189,7 @@ def test_worker_exits_when_its_parent_dies(tmp_path):
 
 
 def test_worker_entry_imports_no_qt():
-    code = "import sys, app.worker.entry, app.worker.client, app.cli; print(any(m.startswith(('PySide6', 'pyqtgraph')) for m in sys.modules))"
+    code = "import sys, app.worker.entry, app.worker.client, app.commands; print(any(m.startswith(('PySide6', 'pyqtgraph')) for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
     _ = queue

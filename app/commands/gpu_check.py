@@ -1,4 +1,4 @@
-"""`make gpu-check` (`python -m app.gpu_check`): on a machine with an NVIDIA GPU, in a few minutes, run what has
+"""`make gpu-check` (`python -m app gpu-check`): on a machine with an NVIDIA GPU, in a few minutes, run what has
 never run on CPU-only machines — the HF engine on CUDA (bfloat16 and float16, SmolLM2 and the Qwen pair), real
 NVML telemetry sampled during those runs, a GUI screenshot with its GPU plots (offscreen), and TensorRT-LLM lanes
 when the library is installed — and print one summary: pass / fail / skip per part, with figures.
@@ -9,7 +9,6 @@ hang or crash in one part is reported and the others still run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -19,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Part", "PartResult", "gpu_presence", "plan_parts", "run_parts", "format_summary", "main"]
+__all__ = ["Part", "PartResult", "gpu_presence", "plan_parts", "run_parts", "format_summary", "add_parser", "run"]
 
 SMOL = "smollm2-135m-instruct"
 QWEN_TARGET = "qwen2.5-coder-1.5b-instruct"
@@ -198,11 +197,14 @@ def _telemetry_summary(samples) -> dict:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.gpu_check", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="out/gpu-check", help="folder for reports and the screenshot")
-    ap.add_argument("--budget-s", type=float, default=280.0, help="the whole check's time (parts that no longer fit are skipped)")
-    args = ap.parse_args(argv)
+def add_parser(sub) -> None:
+    g = sub.add_parser("gpu-check", help="on a machine with an NVIDIA GPU: CUDA lanes, NVML telemetry, a GUI screenshot, TensorRT-LLM; one summary")
+    g.add_argument("--out", default="out/gpu-check", help="folder for reports and the screenshot")
+    g.add_argument("--budget-s", type=float, default=280.0, help="the whole check's time (parts that no longer fit are skipped)")
+    g.set_defaults(func=run)
+
+
+def run(args) -> int:
     present, words = gpu_presence()
     if not present:
         print(f"gpu-check: {words}. Nothing to check on this machine (run it where an NVIDIA GPU and a CUDA build of torch are).")
@@ -227,6 +229,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_summary(results, telemetry))
     return 1 if any(r.status == "fail" for r in results) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,6 @@
-"""The bench report as text: the aligned tables `python -m app bench` prints (per setup, per prompt category) and the
-stall and CPU-wait warnings. Pure functions of the report's JSON document (app.core.report), no torch, no Qt."""
+"""A run's report as text: the aligned tables `python -m app bench` prints (per setup, per prompt category, the
+verify-cost profiles) and the stall and CPU-wait warnings. Pure functions of the report's JSON document
+(app.core.report) or its stats, for the commands and the GUI alike; standard library only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Sequence
 
 from app.core.metrics import cpu_wait_share
 
-__all__ = ["format_table", "render_summary", "render_categories", "stall_warnings", "cpu_wait_warnings", "CPU_WAIT_WARN"]
+__all__ = ["format_table", "render_summary", "render_categories", "render_profiles", "stall_warnings", "cpu_wait_warnings", "CPU_WAIT_WARN",
+           "PROFILE_COLUMNS"]
 
 #: a setup whose lanes waited for a CPU this share of their time (the worker's threads' run-queue delay) is flagged
 CPU_WAIT_WARN = 0.05
@@ -108,7 +110,6 @@ def render_summary(doc: dict) -> str:
     for s in doc["summary"]:
         for note in s.get("notes") or ():
             table += f"\nnote: {s['setup']}: {note}"
-    from app.profile_cli import render_profiles
 
     costs = render_profiles(doc.get("cost_profiles") or [])
     if costs:
@@ -139,3 +140,20 @@ def render_categories(doc: dict) -> str:
             row.append(f"{b / w:.2f}x" if b and w else "–")
         rows.append(row)
     return format_table(["setup", *names], rows)
+
+
+#: the n of V(n) shown in the cost-profile table (k = n - 1 drafts)
+PROFILE_COLUMNS = (2, 3, 5, 9, 17, 25, 33)
+
+
+def render_profiles(profiles: Sequence[dict]) -> str:
+    """The verify-cost curves of a report's engines: T(1) and V(n) = T(n)/T(1) at a few n (k = n − 1 drafts)."""
+    from app.core.costs import CostProfile
+
+    if not profiles:
+        return ""
+    ps = [CostProfile.from_json(p) for p in profiles]
+    rows = [[f"{p.engine} ({p.backend} {p.precision})", f"{p.t1_s * 1e3:.1f}", *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS)] for p in ps]
+    head = (f"verify cost on {ps[0].machine_text or 'this machine'}: T(1) = one-token forward, V(n) = forward over n tokens ÷ T(1) "
+            "(a step verifying k drafts costs V(k+1) decode steps)")
+    return head + "\n" + format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows)

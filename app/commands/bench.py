@@ -1,0 +1,184 @@
+"""`python -m app bench`: the headless comparison of setups against the baseline, in a worker process.
+
+Exit codes: 0 all lanes finished; 2 a user error or a failed lane; 130 interrupted (Ctrl-C). Whatever finished is
+printed and saved in every case (the report's `errors` and `incomplete` say what did not).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Any
+
+from app.commands.worker_run import Stuck, WorkerRun, check_writable, write_json
+from app.core.errors import SetupError, WorkerDiedError
+from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
+
+__all__ = ["add_parser", "run", "plan_of"]
+
+
+def add_parser(sub) -> None:
+    from app.core.prompts import list_suites
+    from app.core.setups import kinds
+
+    b = sub.add_parser("bench", help="headless comparison of setups against the baseline")
+    b.add_argument("--target", required=True, help="engine name (see `engines`), .gguf file or HF folder")
+    b.add_argument("--setup", action="append", help="setup string, repeatable; the baseline always runs. Kinds: "
+                   + ", ".join(k.prefix for k in kinds()) + " (`python -m app setups` explains each)")
+    b.add_argument("--prompt", action="append", help="prompt text (repeatable)")
+    b.add_argument("--prompts", help="JSONL file with id, prompt[, category]")
+    b.add_argument("--suite", help="built-in suite (resources/suites): " + ", ".join(list_suites()))
+    b.add_argument("--max-new-tokens", type=int, default=96)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--top-p", type=float, default=1.0)
+    b.add_argument("--top-k", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--warmup", type=int, default=8, help="tokens per setup in an unrecorded warm-up run (0 = none)")
+    b.add_argument("--mode", choices=["sequential", "interleaved"], default="sequential")
+    b.add_argument("--reference", metavar="SETUP", help="the lane every output is compared with (first divergence); default: the "
+                   "baseline when lanes run on several targets (SETUP@ENGINE)")
+    b.add_argument("--device", default=None, help="cpu | cuda (default: the manifest's)")
+    b.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
+    b.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    b.add_argument("--json", metavar="PATH", help="write the JSON report to PATH, or - for stdout (then no table)")
+    b.add_argument("--quiet", action="store_true", help="no progress")
+    b.set_defaults(func=run)
+
+
+def _prompts(args):
+    from app.core.prompts import Prompt, load_jsonl, load_suite
+
+    given = sum(bool(x) for x in (args.prompt, args.prompts, args.suite))
+    if given != 1:
+        raise SetupError("give exactly one of --prompt TEXT, --prompts FILE.jsonl or --suite NAME", fix="e.g. --suite specbench-mini")
+    if args.prompt:
+        return [Prompt(f"p{i}" if len(args.prompt) > 1 else "prompt", t) for i, t in enumerate(args.prompt)]
+    if args.prompts:
+        return load_jsonl(args.prompts)
+    return load_suite(args.suite)
+
+
+def plan_of(args):
+    """The run asked for on the command line (baseline first, then the setups as given), checked before any work."""
+    from app.core.setups import Sampling, parse_setup
+    from app.worker.plan import RunPlan
+
+    sampling = Sampling(args.temperature, args.top_p, args.top_k, args.seed, args.max_new_tokens).validated()
+    if args.json and args.json != "-":
+        check_writable(args.json)
+    labels = list(dict.fromkeys(parse_setup(s).label for s in ["baseline", *(args.setup or [])]))
+    # every target a lane is moved to (`…@<target>`) gets its own baseline, the one its speedups are measured against
+    with_bases: list[str] = []
+    for s in labels:
+        t = parse_setup(s).target
+        if t is not None and f"baseline@{t}" not in labels and f"baseline@{t}" not in with_bases:
+            with_bases.append(f"baseline@{t}")
+        with_bases.append(s)
+    return RunPlan(args.target, tuple(with_bases), tuple(_prompts(args)), sampling, mode=args.mode, chat=not args.no_chat,
+                   repeats=args.repeats, device=args.device, dtype=args.dtype, warmup_tokens=max(0, args.warmup), run_id="bench",
+                   reference=args.reference)
+
+
+class _Bench:
+    """One `bench`: load → warm-up → run, collecting results as they come."""
+
+    def __init__(self, plan, quiet: bool) -> None:
+        from app.worker.plan import RunResults
+
+        self.plan = plan
+        self.w = WorkerRun(quiet)
+        self.results = RunResults(plan)
+        self.device, self.dtype = plan.device or "auto", plan.dtype or "auto"
+
+    def load(self) -> None:
+        ev, profiles = self.w.load(self.plan.load_command())
+        self.device, self.dtype = ev.engines[0][1], ev.engines[0][2]
+        for p in profiles:
+            self.results.profiles[p.key] = p
+
+    def warmup(self) -> list:
+        """The unrecorded warm-up run; returns its lane errors."""
+        from app.core.events import RunError
+
+        warm = self.plan.warmup_command()
+        errors: list = []
+        if warm is not None:
+            self.w.run(warm, lambda ev: errors.append(ev) if isinstance(ev, RunError) else None)
+        return errors
+
+    def run(self) -> None:
+        from app.core.events import RunDone, RunError
+
+        plan, results, bar = self.plan, self.results, self.w.bar
+        finished = [0]
+
+        def on_event(ev) -> None:
+            results.on_event(ev)
+            if isinstance(ev, RunDone) and not plan.is_warmup(ev.lane_id):
+                st: Any = ev.stats
+                finished[0] += 1
+                bar("bench", finished[0], results.total, "lanes", note=f"{st.setup} {st.prompt_id}: {st.tokens_per_s:.1f} tok/s")
+            elif isinstance(ev, RunError) and not plan.is_warmup(ev.lane_id):
+                finished[0] += 1
+                bar("bench", finished[0], results.total, "lanes", note=f"lane {ev.lane_id} failed")
+            elif getattr(ev, "emitted_ids", None) and bar.tty:
+                bar("bench", finished[0], results.total, "lanes", note=f"{results.tokens} tokens")
+
+        bar("bench", 0, results.total, "lanes")
+        self.w.run(plan.command(), on_event)
+
+
+def run(args) -> int:
+    b = _Bench(plan_of(args), args.quiet)
+    failure: str | None = None
+    rc = 0
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    stuck = False
+    try:
+        b.load()
+        errors = b.warmup()
+        for e in errors:
+            print(f"error: {e.message}", file=sys.stderr)
+        if errors:
+            return 2
+        b.run()
+    except KeyboardInterrupt:
+        failure, rc = "interrupted (Ctrl-C)", 130
+    except WorkerDiedError as e:
+        failure, rc = str(e), 2
+    except Stuck as e:
+        failure, rc, stuck = f"{e.message}; it was stopped (kill -STOP?) or is hung. Stopped it.", 2, True
+    finally:
+        signal.signal(signal.SIGINT, old)
+        b.w.close(kill=stuck)
+    return _report(args, b, failure, rc)
+
+
+def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
+    """Print and save what completed (also after an interrupt or a dead worker), with every error and warning."""
+    results = b.results
+    for e in results.errors.values():
+        print(f"error in lane {e.lane_id}: {e.message}" if e.lane_id else f"error: {e.message}", file=sys.stderr)
+    warnings = stall_warnings(results.completed()) + cpu_wait_warnings(results.completed())
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    extra: dict = {"errors": results.error_messages() + ([failure] if failure else []), "warnings": warnings}
+    done = len(results.completed())
+    if failure:
+        extra["incomplete"] = f"{done} of {results.total} lanes completed: {failure}"
+        print(f"\n{failure}: keeping the {done} of {results.total} lanes that completed", file=sys.stderr)
+        if not done:
+            return rc
+    doc = results.report(b.device, b.dtype, extra)
+    if args.json == "-":
+        print(json.dumps(doc, indent=1, ensure_ascii=False))
+    else:
+        print(render_summary(doc))
+        if args.json:
+            where = write_json(doc, args.json)
+            if where != args.json:
+                print(f"error: could not write {args.json}; the report was saved to {where}", file=sys.stderr)
+                rc = rc or 2
+    return rc or (2 if results.errors else 0)

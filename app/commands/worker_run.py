@@ -1,0 +1,160 @@
+"""What every command that runs lanes or loads engines does with its worker: start it, send a command, wait for its
+events with progress on stderr, notice a silent worker, and save the report where the user asked (or say where it
+went). `bench` and `profile` use it; the GUI has its own asynchronous bridge (app.ui.bridge).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app.commands.progress import ProgressBars
+from app.core.errors import SetupError, SpecDeckError, WorkerDiedError
+
+__all__ = ["WorkerRun", "Stuck", "check_writable", "write_json", "silence_s"]
+
+
+class Stuck(SpecDeckError):
+    """Nothing at all, not even a heartbeat, came from the worker for the silence limit: stopped (SIGSTOP) or hung."""
+
+
+def silence_s() -> float:
+    """How long a worker may say nothing at all before it counts as stuck ($SPECDECK_WORKER_SILENCE_S, default 30)."""
+    return float(os.environ.get("SPECDECK_WORKER_SILENCE_S", "30"))
+
+
+class WorkerRun:
+    """One command's conversation with its worker(s) (a WorkerGroup: one worker per Python environment).
+
+    Args:
+        quiet: no progress and no info lines on stderr.
+        client: the worker client (default: a new WorkerGroup).
+    """
+
+    def __init__(self, quiet: bool = False, client: Any = None) -> None:
+        if client is None:
+            from app.worker.group import WorkerGroup
+
+            client = WorkerGroup()
+        self.client = client
+        self.quiet = quiet
+        self.bar = ProgressBars(quiet)
+        self.silence_s = silence_s()
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr)
+
+    def show(self, ev: Any) -> None:
+        """Progress events become progress lines/bars; the worker's info, warning and error logs become lines."""
+        from app.core.events import LogEvent, Progress
+
+        if isinstance(ev, Progress):
+            self.bar(ev.task, ev.done, ev.total, ev.unit)
+        elif isinstance(ev, LogEvent) and ev.level in ("info", "warning", "error"):
+            self.say(f"{'' if ev.level == 'info' else ev.level + ': '}{ev.message}")
+
+    def _next(self, doing: str) -> Any:
+        try:
+            return self.client.get(timeout=self.silence_s)
+        except queue.Empty:
+            raise Stuck(f"the worker (pid {self.client.pid}) sent nothing, not even a heartbeat, for {self.silence_s:.0f} s{doing}",
+                        fix="it was stopped (kill -STOP?) or is hung; rerun on a quiet machine, or raise SPECDECK_WORKER_SILENCE_S") from None
+
+    def load(self, cmd: Any) -> tuple[Any, list]:
+        """Start the worker, send a LoadEngines and wait for its EnginesLoaded, showing progress.
+
+        Returns:
+            (the EnginesLoaded, the cost profiles the worker sent meanwhile (ProfileReady)).
+        Raises:
+            SpecDeckError: a load error (the worker's message); WorkerDiedError; Stuck.
+        """
+        from app.core.events import ProfileReady, RunError
+        from app.worker.messages import EnginesLoaded, WorkerDied
+
+        ready = self.client.start()
+        self.say(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})")
+        self.client.send(cmd)
+        profiles: list = []
+        while True:
+            ev = self._next(" while loading")
+            self.show(ev)
+            if isinstance(ev, ProfileReady):
+                profiles.append(ev.profile)
+            elif isinstance(ev, EnginesLoaded):
+                break
+            elif isinstance(ev, RunError):
+                raise SpecDeckError(ev.message)
+            elif isinstance(ev, WorkerDied):
+                raise WorkerDiedError(ev.message, fix="rerun the command")
+        for name, dev, dt, load_s in dict.fromkeys(ev.engines):
+            self.say(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s")
+        return ev, profiles
+
+    def run(self, cmd: Any, on_event: Callable[[Any], None]) -> None:
+        """Send a run command and feed its events (progress shown first) to `on_event` until its RunFinished.
+
+        Raises:
+            WorkerDiedError: the worker died (everything received before stays with the caller).
+            Stuck: silence for the silence limit.
+        """
+        from app.worker.messages import RunFinished, WorkerDied
+
+        self.client.send(cmd)
+        while True:
+            ev = self._next("")
+            self.show(ev)
+            on_event(ev)
+            if isinstance(ev, WorkerDied):
+                raise WorkerDiedError(f"{ev.message} (exit code {ev.exitcode})",
+                                      fix="rerun the command; if it was out of memory, use a smaller model or fewer tokens")
+            if isinstance(ev, RunFinished) and ev.run_id == cmd.run_id:
+                return
+
+    def close(self, kill: bool = False) -> None:
+        """End the progress bars and the worker (`kill`: at once, for a stuck worker)."""
+        self.bar.close()
+        if kill:
+            self.client.kill()
+        self.client.stop()
+
+
+def check_writable(path: str, flag: str = "--json") -> None:
+    """Refuse an output path that cannot be written, before any work is done.
+
+    Raises:
+        SetupError: a folder, a missing folder or an unwritable place (the message names the flag and the fix).
+    """
+    p = os.path.abspath(path)
+    parent = os.path.dirname(p) or "."
+    if os.path.isdir(p):
+        raise SetupError(f"{flag} {path}: is a folder", fix=f"give a file name, e.g. {flag} report.json")
+    if not os.path.isdir(parent):
+        raise SetupError(f"{flag} {path}: the folder {parent} does not exist", fix=f"create it (mkdir -p {parent}) or pick another path")
+    if not os.access(parent, os.W_OK) or (os.path.exists(p) and not os.access(p, os.W_OK)):
+        raise SetupError(f"{flag} {path}: not writable here", fix="pick a path you can write to")
+
+
+def write_json(doc: dict, path: str) -> str:
+    """Write `doc` to `path`; if that fails, to a file in the current or temp folder. Returns where it went.
+
+    Raises:
+        SpecDeckError: when no place could take it (the message names every place tried).
+    """
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    tried = []
+    name = f"specdeck-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for where in (path, os.path.join(os.getcwd(), name), os.path.join(tempfile.gettempdir(), name)):
+        try:
+            with open(where, "w", encoding="utf-8") as f:
+                f.write(text)
+            return where
+        except OSError as e:
+            tried.append(f"{where}: {e.strerror or e}")
+    raise SpecDeckError("could not save the report: " + "; ".join(tried), fix="free disk space or pick another --json path")
