@@ -123,7 +123,7 @@ LLAMA_CMAKE := env PATH="$$PATH:$(abspath $(LLAMA_DIR)/cmake-env/bin)" cmake
 $(LLAMA_BUILD)/CMakeCache.txt: | $(PY) deb-build
 	@$(PHASE) run "llama.cpp sources (llama-cpp-python $(LLAMACPP_VERSION) sdist)" -- bash -c '\
 	  mkdir -p $(LLAMA_DIR) && \
-	  { test -f $(LLAMA_SDIST) || $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary :all: -d $(LLAMA_DIR); } && \
+	  { test -f $(LLAMA_SDIST) || $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary llama-cpp-python -d $(LLAMA_DIR); } && \
 	  { test -d $(LLAMA_SRC) || tar xzf $(LLAMA_SDIST) -C $(LLAMA_DIR); } && \
 	  { command -v cmake >/dev/null || test -x $(LLAMA_DIR)/cmake-env/bin/cmake || \
 	    { $(PYTHON) -m venv $(LLAMA_DIR)/cmake-env && $(LLAMA_DIR)/cmake-env/bin/pip -q install cmake; }; } && \
