@@ -147,9 +147,10 @@ llama-server: $(LLAMA_SERVER)
 
 # llama-cpp-python's Python package from the same sdist with its own llama.cpp build turned off (LLAMA_BUILD=OFF:
 # seconds, nothing compiled), then our libraries copied into it (where it loads them from: llama_cpp/lib).
-$(VENV)/.llama-cpp-python-stamp: $(LLAMA_LIB) | $(PY)
+# (pip reinstalls a local folder whatever version is installed; its few dependencies come with it)
+$(VENV)/.llama-cpp-python-stamp: $(LLAMA_LIB) $(VENV)/.py-packages-stamp
 	@$(PHASE) run "llama-cpp-python $(LLAMACPP_VERSION) on that build" -- bash -c '\
-	  CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PIP) install --no-deps --force-reinstall $(LLAMA_PYSRC) && \
+	  CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PIP) install $(LLAMA_PYSRC) && \
 	  lib="$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()[\"platlib\"])")/llama_cpp/lib" && \
 	  mkdir -p "$$lib" && cp -a $(LLAMA_BUILD)/bin/lib*.so* "$$lib"/ && \
 	  $(PY) -c "import llama_cpp; print(\"  llama_cpp\", llama_cpp.__version__, \"loads\", llama_cpp.llama_cpp._lib._name)"'

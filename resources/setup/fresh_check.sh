@@ -5,15 +5,19 @@
 # step that uses a program `make` does not install (xvfb-run, cmake, git, curl, ImageMagick...) fails here, as it
 # would there. The clone is made from this checkout's HEAD plus its uncommitted changes.
 #
-#   resources/setup/fresh_check.sh [DIR] [MAKE TARGET AND ARGS...]     default: /tmp/specdeck-fresh test
+#   resources/setup/fresh_check.sh [--committed] [DIR] [MAKE TARGET AND ARGS...]   default: /tmp/specdeck-fresh test
+#   --committed: HEAD only, without the checkout's uncommitted changes
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
+committed=0; [[ ${1:-} == --committed ]] && { committed=1; shift; }
 dir="${1:-/tmp/specdeck-fresh}"; shift || true
 [[ $# -gt 0 ]] || set -- test
 rm -rf "$dir"; mkdir -p "$dir"
 git clone -q "$src" "$dir/repo"
-(cd "$src" && git diff HEAD) | (cd "$dir/repo" && git apply --allow-empty)
-(cd "$src" && git ls-files --others --exclude-standard -z) | (cd "$src" && xargs -0 -r cp --parents -t "$dir/repo")
+if (( ! committed )); then
+  (cd "$src" && git diff HEAD) | (cd "$dir/repo" && git apply --allow-empty)
+  (cd "$src" && git ls-files --others --exclude-standard -z) | (cd "$src" && xargs -0 -r cp --parents -t "$dir/repo")
+fi
 
 bin="$dir/bin"; mkdir -p "$bin"
 pkgs=$(dpkg-query -W -f='${Package} ${Priority}\n' | awk '$2=="required"||$2=="important"||$2=="standard"{print $1}')
