@@ -106,7 +106,8 @@ py-packages: $(VENV)/.py-packages-stamp
 
 # llama.cpp, compiled once from the sources vendored in the llama-cpp-python sdist that pyproject.toml pins: shared
 # libraries (libllama, libggml*) that llama-cpp-python loads, and llama-server (remote-lane tests) linked to the same
-# libraries. Only the targets needed are built; $ORIGIN run paths let the libraries be copied into the package.
+# libraries. Only the targets needed are built; $ORIGIN run paths let the libraries be copied into the package; the
+# server's own glue (not the inference code) compiles at -O1 (resources/setup/glue-cc).
 LLAMACPP_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_DIR := .cache/llama.cpp
 LLAMA_SDIST := $(LLAMA_DIR)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz
@@ -118,7 +119,7 @@ LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
 # Extra cmake flags, e.g. LLAMA_CMAKE_ARGS=-DGGML_CUDA=ON for a CUDA build.
 LLAMA_CMAKE_ARGS ?=
 # cmake from PyPI in a small environment of its own when the machine has none (not in .venv: pip is busy there)
-LLAMA_CMAKE := env PATH="$$PATH:$(abspath $(LLAMA_DIR)/cmake-env/bin)" cmake
+LLAMA_CMAKE := env PATH="$$PATH:$(abspath $(LLAMA_DIR)/cmake-env/bin)" SPECDECK_LLAMA_SRC=$(abspath $(LLAMA_SRC)) cmake
 
 $(LLAMA_BUILD)/CMakeCache.txt: | $(PY) deb-build
 	@$(PHASE) run "llama.cpp sources (llama-cpp-python $(LLAMACPP_VERSION) sdist)" -- bash -c '\
@@ -129,7 +130,8 @@ $(LLAMA_BUILD)/CMakeCache.txt: | $(PY) deb-build
 	    { $(PYTHON) -m venv $(LLAMA_DIR)/cmake-env && $(LLAMA_DIR)/cmake-env/bin/pip -q install cmake; }; } && \
 	  $(LLAMA_CMAKE) -S $(LLAMA_SRC) -B $(LLAMA_BUILD) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
 	    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-	    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF $(LLAMA_CMAKE_ARGS) > $(LLAMA_DIR)/cmake.log 2>&1 \
+	    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DCMAKE_C_COMPILER_LAUNCHER=$(abspath resources/setup/glue-cc) \
+	    -DCMAKE_CXX_COMPILER_LAUNCHER=$(abspath resources/setup/glue-cc) $(LLAMA_CMAKE_ARGS) > $(LLAMA_DIR)/cmake.log 2>&1 \
 	  || { tail -40 $(LLAMA_DIR)/cmake.log; exit 1; }'
 
 $(LLAMA_LIB): $(LLAMA_BUILD)/CMakeCache.txt

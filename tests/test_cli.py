@@ -111,13 +111,30 @@ def test_engines_lists_backends_and_state():
     # columns sized to their content, the reason last: "usable" is never pushed right by a long reason
     lines = r.stdout.splitlines()
     head, rule = lines[0], lines[1]
-    assert head.split() == ["engine", "backend", "size", "dtype", "weights", "cache", "usable", "why", "not"]
+    assert head.split() == ["engine", "backend", "size", "dtype", "weights", "cache", "manifest", "usable", "why", "not"]
     usable_col = head.index("usable")
     rows = [ln for ln in lines[2:] if ln.strip() and not ln.startswith("cache:")]
     assert all(ln[usable_col:usable_col + 3] in ("yes", "no ") for ln in rows), rows
     assert usable_col < 100 and all(ln == ln.rstrip() for ln in lines)
     assert any(len(ln) > usable_col + 10 for ln in rows)  # some engine says why it is not usable (TensorRT-LLM here)
-    assert len(rule.split()) == 8
+    assert len(rule.split()) == 9
+    assert any(ln.startswith("smollm2-135m-instruct ") and "engines/smollm2-135m-instruct.toml" in ln for ln in rows)
+    assert "A manifest is trusted code" in r.stdout
+
+
+def test_engines_names_a_manifest_that_hides_another(tmp_path):
+    """A manifest on SPECDECK_ENGINES_PATH with a built-in engine's name replaces it: `engines` says which file is
+    used and which it hides."""
+    import shutil
+
+    from app.engines.registry import REPO_ENGINES
+
+    shutil.copy(REPO_ENGINES / "smollm2-135m-instruct.toml", tmp_path / "smollm2-135m-instruct.toml")
+    r = subprocess.run([*PY, "engines"], capture_output=True, text=True, timeout=120, env={**os.environ, "SPECDECK_ENGINES_PATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert any(ln.startswith("smollm2-135m-instruct * ") and str(tmp_path / "smollm2-135m-instruct.toml") in ln for ln in r.stdout.splitlines())
+    hides = next(ln for ln in r.stdout.splitlines() if ln.startswith("* smollm2-135m-instruct:"))
+    assert str(tmp_path) in hides and "engines/smollm2-135m-instruct.toml" in hides and "hides" in hides
 
 
 def test_killing_the_worker_ends_bench_with_a_message(tiny_pair):

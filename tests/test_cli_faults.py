@@ -150,3 +150,20 @@ def test_a_lane_whose_clock_includes_a_stall_is_flagged(tiny_pair, pause_s):
             break
     assert base["stall_s"] >= pause_s * 0.8
     assert any("stall" in m for m in doc["warnings"])
+
+
+def test_a_setup_failing_in_the_warm_up_fails_its_lanes_only(tiny_pair, tmp_path):
+    """A lane error in the warm-up (llama-cpp-python's lookup asked of a PyTorch target) fails that setup's lanes,
+    said once; the baseline and the other setups still run and are saved."""
+    target, _ = tiny_pair
+    out = tmp_path / "r.json"
+    r = subprocess.run([*PY, "bench", "--target", str(target), "--no-chat", "--warmup", "2", "--setup", "ngram:n=2,k=4", "--setup",
+                        "llamacpp-lookup", "--prompt", "a b c a b c", "--prompt", "x y x y", "--max-new-tokens", "8", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    failed = [ln for ln in r.stderr.splitlines() if ln.startswith("error")]
+    assert len(failed) == 1 and "error in 2 lanes" in failed[0] and "in the warm-up: llamacpp-lookup runs" in failed[0], r.stderr
+    doc = json.loads(out.read_text())
+    assert sorted((x["setup"], x["prompt_id"]) for x in doc["runs"]) == [("baseline", "p0"), ("baseline", "p1"), ("ngram:n=2,k=4", "p0"),
+                                                                          ("ngram:n=2,k=4", "p1")]
+    assert len(doc["errors"]) == 2 and all("in the warm-up" in e for e in doc["errors"])

@@ -31,6 +31,8 @@ class Repeat(SetupBase):
 
 
 class RepeatDrafter:
+    wants_hidden = False
+
     def __init__(self, k: int) -> None:
         self.k = k
 
@@ -96,7 +98,7 @@ def test_run_plan_lanes_ids_warmup_and_duplicates(toy):
 
 
 def test_results_pair_lanes_with_their_own_baseline():
-    from app.core.events import RunDone, RunError
+    from app.core.events import LaneDone, RunError
     from app.core.metrics import LaneStats
 
     plan = RunPlan("t", ("baseline", "ngram"), (Prompt("a", "x"), Prompt("b", "y")), S(), run_id="r")
@@ -105,10 +107,10 @@ def test_results_pair_lanes_with_their_own_baseline():
         return LaneStats(setup, pid, 0, len(ids), wall, 0.1, 0.1, len(ids), 0, 0, 0, 0.0, 0.0, tuple(ids), "")
 
     res = RunResults(plan)
-    res.on_event(RunDone("b#0/L2", st("ngram:n=3,k=8", "b", 1.0, [1, 2, 3])))
-    res.on_event(RunDone("warm/a#0/L1", st("baseline", "a", 9.0, [9])))  # warm-up: ignored
-    res.on_event(RunDone("a#0/L1", st("baseline", "a", 2.0, [1, 2])))
-    res.on_event(RunDone("b#0/L1", st("baseline", "b", 3.0, [1, 2, 4])))
+    res.on_event(LaneDone("b#0/L2", st("ngram:n=3,k=8", "b", 1.0, [1, 2, 3])))
+    res.on_event(LaneDone("warm/a#0/L1", st("baseline", "a", 9.0, [9])))  # warm-up: ignored
+    res.on_event(LaneDone("a#0/L1", st("baseline", "a", 2.0, [1, 2])))
+    res.on_event(LaneDone("b#0/L1", st("baseline", "b", 3.0, [1, 2, 4])))
     res.on_event(RunError("a#0/L2", "boom"))
     out = res.completed()
     assert [(r.setup, r.prompt_id) for r in out] == [("baseline", "a"), ("baseline", "b"), ("ngram:n=3,k=8", "b")]
@@ -152,3 +154,18 @@ def test_setups_command_lists_every_type_and_parameter():
         assert f"{k.prefix}: {k.summary}" in text
         for p in k.params:
             assert p.help in text
+
+
+@pytest.mark.parametrize("module, says", [
+    ("os", "setup kind module 'os' (SPECDECK_SETUP_KINDS) registers no setup kind"),
+    ("tests.broken_plugin_that_does_not_exist", "cannot import setup kind module 'tests.broken_plugin_that_does_not_exist'"),
+    ("tests.plugin_that_raises", "cannot import setup kind module 'tests.plugin_that_raises' (SPECDECK_SETUP_KINDS): ZeroDivisionError"),
+])
+def test_a_plugin_that_registers_nothing_or_breaks_is_one_clear_error(tmp_path, module, says):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "plugin_that_raises.py").write_text("x = 1 / 0\n")
+    env = dict(os.environ, SPECDECK_SETUP_KINDS=module, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.getcwd()}")
+    r = subprocess.run([sys.executable, "-m", "app", "setups"], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") <= 2  # the error and its fix

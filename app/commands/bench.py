@@ -11,11 +11,12 @@ import signal
 import sys
 from typing import Any
 
-from app.commands.worker_run import Stuck, WorkerRun, check_writable, write_json
+from app.commands.worker_run import Stuck, WorkerRun
 from app.core.errors import SetupError, WorkerDiedError
+from app.core.report import check_writable, write_json
 from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
 
-__all__ = ["add_parser", "run", "plan_of"]
+__all__ = ["add_parser", "run", "plan_of", "error_lines"]
 
 
 def add_parser(sub) -> None:
@@ -90,33 +91,42 @@ class _Bench:
         self.plan = plan
         self.w = WorkerRun(quiet)
         self.results = RunResults(plan)
+        self.failed_setups: set[int] = set()
         self.device, self.dtype = plan.device or "auto", plan.dtype or "auto"
 
     def load(self) -> None:
         ev, profiles = self.w.load(self.plan.load_command())
-        self.device, self.dtype = ev.engines[0][1], ev.engines[0][2]
+        self.device, self.dtype = ev.engines[0].device, ev.engines[0].dtype
         for p in profiles:
             self.results.profiles[p.key] = p
 
     def warmup(self) -> list:
-        """The unrecorded warm-up run; returns its lane errors."""
+        """The unrecorded warm-up run; returns its errors. A setup whose warm-up lane failed fails its recorded lanes
+        with that error (they are not run); the other setups run as planned."""
         from app.core.events import RunError
 
         warm = self.plan.warmup_command()
         errors: list = []
         if warm is not None:
             self.w.run(warm, lambda ev: errors.append(ev) if isinstance(ev, RunError) else None)
+        for e in errors:
+            i = self.plan.setup_index(e.lane_id) if e.lane_id else None
+            if i is not None:
+                self.failed_setups.add(i)
+                for spec in self.plan.lanes:
+                    if self.plan.setup_index(spec.lane_id) == i:
+                        self.results.on_event(RunError(spec.lane_id, f"in the warm-up: {e.message}", kind=e.kind))
         return errors
 
     def run(self) -> None:
-        from app.core.events import RunDone, RunError
+        from app.core.events import LaneDone, RunError
 
         plan, results, bar = self.plan, self.results, self.w.bar
         finished = [0]
 
         def on_event(ev) -> None:
             results.on_event(ev)
-            if isinstance(ev, RunDone) and not plan.is_warmup(ev.lane_id):
+            if isinstance(ev, LaneDone) and not plan.is_warmup(ev.lane_id):
                 st: Any = ev.stats
                 finished[0] += 1
                 bar("bench", finished[0], results.total, "lanes", note=f"{st.setup} {st.prompt_id}: {st.tokens_per_s:.1f} tok/s")
@@ -126,8 +136,11 @@ class _Bench:
             elif getattr(ev, "emitted_ids", None) and bar.tty:
                 bar("bench", finished[0], results.total, "lanes", note=f"{results.tokens} tokens")
 
-        bar("bench", 0, results.total, "lanes")
-        self.w.run(plan.command(), on_event)
+        cmd = plan.command(skip=self.failed_setups)
+        finished[0] = results.total - len(cmd.lanes)
+        bar("bench", finished[0], results.total, "lanes")
+        if cmd.lanes:
+            self.w.run(cmd, on_event)
 
 
 def run(args) -> int:
@@ -139,9 +152,9 @@ def run(args) -> int:
     try:
         b.load()
         errors = b.warmup()
-        for e in errors:
-            print(f"error: {e.message}", file=sys.stderr)
-        if errors:
+        if any(e.lane_id is None or b.plan.setup_index(e.lane_id) is None for e in errors):  # the run as a whole failed
+            for e in errors:
+                print(f"error: {e.message}", file=sys.stderr)
             return 2
         b.run()
     except KeyboardInterrupt:
@@ -159,8 +172,8 @@ def run(args) -> int:
 def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
     """Print and save what completed (also after an interrupt or a dead worker), with every error and warning."""
     results = b.results
-    for e in results.errors.values():
-        print(f"error in lane {e.lane_id}: {e.message}" if e.lane_id else f"error: {e.message}", file=sys.stderr)
+    for line in error_lines(list(results.errors.values())):
+        print(line, file=sys.stderr)
     warnings = stall_warnings(results.completed()) + cpu_wait_warnings(results.completed())
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -182,3 +195,22 @@ def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
                 print(f"error: could not write {args.json}; the report was saved to {where}", file=sys.stderr)
                 rc = rc or 2
     return rc or (2 if results.errors else 0)
+
+
+def error_lines(errors: list) -> list[str]:
+    """One line per distinct failure: lanes that failed with the same message (a server that went away, a setup
+    that failed in the warm-up) are named together instead of repeating it for each."""
+    by: dict[str, list[str]] = {}
+    for e in errors:
+        by.setdefault(e.message, []).append(e.lane_id or "")
+    out = []
+    for message, lanes in by.items():
+        named = [x for x in lanes if x]
+        if not named:
+            out.append(f"error: {message}")
+        elif len(named) == 1:
+            out.append(f"error in lane {named[0]}: {message}")
+        else:
+            shown = ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+            out.append(f"error in {len(named)} lanes ({shown}): {message}")
+    return out

@@ -19,12 +19,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from app.engines.backends import backend
     from app.engines.cache import prepare
     from app.engines.registry import resolve
 
     m = resolve(args.engine)
-    if m.backend != "hf":
-        raise SpecDeckError(f"engine {m.name} uses backend {m.backend}; only hf engines are converted", fix="nothing to do")
+    if not backend(m.backend).converts:
+        raise SpecDeckError(f"engine {m.name} uses backend {m.backend}, which runs its weights as they are: nothing to convert",
+                            fix="convert the hf engine of the same model (python -m app engines)")
     bar = ProgressBars(args.quiet)
     t0 = time.perf_counter()
     try:

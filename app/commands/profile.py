@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import time
 
-from app.commands.worker_run import Stuck, WorkerRun, check_writable, write_json
+from app.commands.worker_run import Stuck, WorkerRun
 from app.core.errors import SpecDeckError
+from app.core.report import check_writable, write_json
 from app.core.report_text import render_profiles
 
 __all__ = ["add_parser", "run"]

@@ -1,23 +1,20 @@
 """What every command that runs lanes or loads engines does with its worker: start it, send a command, wait for its
-events with progress on stderr, notice a silent worker, and save the report where the user asked (or say where it
-went). `bench` and `profile` use it; the GUI has its own asynchronous bridge (app.ui.bridge).
+events with progress on stderr, and notice a silent worker. `bench` and `profile` use it; the GUI has its own
+asynchronous bridge (app.ui.bridge). Saving reports: app.core.report.write_json.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
 from app.commands.progress import ProgressBars
-from app.core.errors import SetupError, SpecDeckError, WorkerDiedError
+from app.core.errors import SpecDeckError, WorkerDiedError
 
-__all__ = ["WorkerRun", "Stuck", "check_writable", "write_json", "silence_s"]
+__all__ = ["WorkerRun", "Stuck", "silence_s"]
 
 
 class Stuck(SpecDeckError):
@@ -93,8 +90,8 @@ class WorkerRun:
                 raise SpecDeckError(ev.message)
             elif isinstance(ev, WorkerDied):
                 raise WorkerDiedError(ev.message, fix="rerun the command")
-        for name, dev, dt, load_s in dict.fromkeys(ev.engines):
-            self.say(f"loaded {name} on {dev} ({dt}) in {load_s:.1f} s")
+        for e in dict.fromkeys(ev.engines):
+            self.say(f"loaded {e.name} on {e.device} ({e.dtype}) in {e.load_s:.1f} s")
         return ev, profiles
 
     def run(self, cmd: Any, on_event: Callable[[Any], None]) -> None:
@@ -123,38 +120,3 @@ class WorkerRun:
         if kill:
             self.client.kill()
         self.client.stop()
-
-
-def check_writable(path: str, flag: str = "--json") -> None:
-    """Refuse an output path that cannot be written, before any work is done.
-
-    Raises:
-        SetupError: a folder, a missing folder or an unwritable place (the message names the flag and the fix).
-    """
-    p = os.path.abspath(path)
-    parent = os.path.dirname(p) or "."
-    if os.path.isdir(p):
-        raise SetupError(f"{flag} {path}: is a folder", fix=f"give a file name, e.g. {flag} report.json")
-    if not os.path.isdir(parent):
-        raise SetupError(f"{flag} {path}: the folder {parent} does not exist", fix=f"create it (mkdir -p {parent}) or pick another path")
-    if not os.access(parent, os.W_OK) or (os.path.exists(p) and not os.access(p, os.W_OK)):
-        raise SetupError(f"{flag} {path}: not writable here", fix="pick a path you can write to")
-
-
-def write_json(doc: dict, path: str) -> str:
-    """Write `doc` to `path`; if that fails, to a file in the current or temp folder. Returns where it went.
-
-    Raises:
-        SpecDeckError: when no place could take it (the message names every place tried).
-    """
-    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
-    tried = []
-    name = f"specdeck-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    for where in (path, os.path.join(os.getcwd(), name), os.path.join(tempfile.gettempdir(), name)):
-        try:
-            with open(where, "w", encoding="utf-8") as f:
-                f.write(text)
-            return where
-        except OSError as e:
-            tried.append(f"{where}: {e.strerror or e}")
-    raise SpecDeckError("could not save the report: " + "; ".join(tried), fix="free disk space or pick another --json path")

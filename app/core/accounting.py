@@ -8,7 +8,7 @@ what it drafted (ids, or only a count), how many drafts the target kept, and how
 * truncation at the first EOS and at the token limit (an EOS among the accepted drafts ends the step there,
   with no target token);
 * the target kind: ``baseline`` when nothing was drafted, ``bonus`` when every draft was kept, else
-  ``correction`` (``reference`` for lanes that report tokens only);
+  ``correction`` (``library`` for lanes that report tokens only);
 * text pieces (multi-byte safe, through the engine's incremental detokenizer) and rejected-draft text;
 * step 0 is the prefill: its time is ``prefill_s``; ``t_draft_s``, ``t_verify_s`` and ``draft_forwards`` of
   LaneStats count the decode steps (1…) only;
@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.costs import LaneCosts
-from app.core.events import RunDone, StepEvent, TargetKind, TreeStep
+from app.core.events import LaneDone, StepEvent, TargetKind, TreeStep
 from app.core.metrics import LaneAccumulator, LaneStats
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 STALL_MIN_S = 1.0
 STALL_CPU_SHARE = 0.25
 
-__all__ = ["STALL_MIN_S", "STALL_CPU_SHARE", "Detokenizer", "LaneEngine", "LaneRunner", "LaneRecorder", "target_kind", "drive"]
+__all__ = ["STALL_MIN_S", "STALL_CPU_SHARE", "Detokenizer", "LaneEngine", "LaneRunner", "LaneRecorder", "StepFacts", "target_kind", "drive"]
 
 
 class Detokenizer(Protocol):
@@ -59,7 +59,7 @@ class LaneEngine(Protocol):
 
 
 class LaneRunner(Protocol):
-    """Every way of producing a lane (our loop, a library's reference `generate`, a TensorRT-LLM stream, a
+    """Every way of producing a lane (our loop, a library's own `generate`, a TensorRT-LLM stream, a
     llama.cpp context, a remote server) implements this: it computes or streams tokens and reports each step's
     raw facts to the recorder, yielding the StepEvents the recorder returns. It checks `cancelled()` between
     steps (then `rec.stop("cancelled")` and return). It never builds events or stats itself.
@@ -76,8 +76,8 @@ class LaneRunner(Protocol):
 
 
 def drive(runner: LaneRunner, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling,
-          cancelled: Callable[[], bool] = lambda: False) -> Iterator[StepEvent | RunDone]:
-    """Run a lane to its end: the runner's StepEvents, then the recorder's RunDone (with LaneStats)."""
+          cancelled: Callable[[], bool] = lambda: False) -> Iterator[StepEvent | LaneDone]:
+    """Run a lane to its end: the runner's StepEvents, then the recorder's LaneDone (with LaneStats)."""
     yield from runner.run(rec, prompt_ids, sampling, cancelled)
     yield rec.finish()
 
@@ -92,8 +92,48 @@ def target_kind(drafted: int, accepted: int) -> TargetKind:
 ProbsArg = Sequence[float] | Callable[[int, int | None], Sequence[float]] | None
 
 
+@dataclasses.dataclass(frozen=True)
+class StepFacts:
+    """What a lane runner knows of one step (one target forward), as it produced it; :meth:`LaneRecorder.step`
+    applies the rules.
+
+    Attributes:
+        emitted: the step's tokens: `accepted` kept drafts, then the target token (when `has_target`). Truncated by
+            the recorder at the first EOS and at the token limit.
+        accepted: a_t, how many leading drafts the target kept.
+        drafted_ids: the drafts, when known; `drafted_count` when only their number is (then ids are ()).
+        kind: force the target kind ("library" for token-only lanes); default by :func:`target_kind`.
+        t_draft_s, t_verify_s: phase times of this step (seconds).
+        t_wall_s: the whole step's time; or give `t_start` (the runner's clock at the step's start) and the wall
+            time is measured when the event is built, bookkeeping included.
+        draft_forwards: draft model forwards this step (counted for decode steps only, as c is per forward).
+        draft_probs: q(d_i) per drafted token, when known.
+        target_probs: the target's probabilities (kept drafts, first rejected, target token), or a function of the
+            final (accepted, target_id) computed after truncation.
+        why: the drafting policy's reason for this step's k (k=auto: predicted gain), for tooltips.
+        tree: the token tree verified (tree drafting): then `drafted_count` is its node count and `drafted_ids` the
+            accepted path and the rejected line below it (see StepEvent.tree).
+    """
+
+    emitted: Sequence[int]
+    accepted: int = 0
+    drafted_ids: Sequence[int] = ()
+    drafted_count: int | None = None
+    has_target: bool = True
+    kind: TargetKind | None = None
+    t_draft_s: float = 0.0
+    t_verify_s: float = 0.0
+    t_wall_s: float | None = None
+    t_start: float | None = None
+    draft_forwards: int = 0
+    draft_probs: Sequence[float] | None = None
+    target_probs: ProbsArg = None
+    why: str = ""
+    tree: TreeStep | None = None
+
+
 class LaneRecorder:
-    """Turns what a lane runner reports into StepEvents and, at the end, one RunDone with LaneStats.
+    """Turns what a lane runner reports into StepEvents and, at the end, one LaneDone with LaneStats.
 
     Args:
         lane_id, setup, prompt_id, repeat: identify the lane (copied into events and stats).
@@ -174,48 +214,59 @@ class LaneRecorder:
             self.stop_reason = reason
 
     # --- steps --------------------------------------------------------------------------------------
-    def step(
-        self,
-        emitted: Sequence[int],
-        *,
-        accepted: int = 0,
-        drafted_ids: Sequence[int] = (),
-        drafted_count: int | None = None,
-        has_target: bool = True,
-        kind: TargetKind | None = None,
-        t_draft_s: float = 0.0,
-        t_verify_s: float = 0.0,
-        t_wall_s: float | None = None,
-        t_start: float | None = None,
-        draft_forwards: int = 0,
-        draft_probs: Sequence[float] | None = None,
-        target_probs: ProbsArg = None,
-        why: str = "",
-        tree: TreeStep | None = None,
-    ) -> StepEvent:
-        """Record one step (one target forward) and return its StepEvent.
+    def step(self, f: StepFacts) -> StepEvent:
+        """Record one step (one target forward) from its raw facts and return its StepEvent."""
+        k, a, em, target_id, kind, lead = self._truncate(f)
+        tree = f.tree
+        pieces: list[str] = []
+        rejected_pieces: list[str] = []
+        if self.detok is not None and tree is not None and not tree.pieces:
+            tree = dataclasses.replace(tree, pieces=self._tree_pieces(tree))
+        if self.detok is not None:
+            pieces = [self.detok.push(t) for t in em[:lead]]
+            if len(f.drafted_ids) > a:
+                rejected_pieces = list(self.detok.peek(list(f.drafted_ids[a:])))
+            if target_id is not None:
+                pieces.append(self.detok.push(target_id))
+        t_probs = f.target_probs(a, target_id) if callable(f.target_probs) else f.target_probs
+        t_wall_s = self._clock_step(f, k)
+        if em and self.ttft_s is None:
+            self.ttft_s = self.lane_t
+        self.output_ids.extend(em)
+        self.text.extend(pieces)
+        ev = StepEvent(
+            lane_id=self.lane_id,
+            step=self.acc.steps,
+            drafted_ids=tuple(f.drafted_ids),
+            accepted_count=a,
+            target_id=target_id,
+            target_kind=kind,
+            t_draft_s=f.t_draft_s,
+            t_verify_s=f.t_verify_s,
+            t_wall_s=t_wall_s,
+            emitted_ids=tuple(em),
+            pieces=tuple(pieces),
+            rejected_pieces=tuple(rejected_pieces),
+            draft_probs=tuple(f.draft_probs[:k]) if f.draft_probs else None,
+            target_probs=tuple(t_probs) if t_probs is not None else None,
+            t_s=self.lane_t,
+            drafted_count=k if (k and (not f.drafted_ids or tree is not None)) else None,
+            why=f.why,
+            tree=tree,
+        )
+        self.acc.add(ev)
+        if tree is not None:
+            self.tree_steps += 1
+        return ev
 
-        Args:
-            emitted: the step's tokens as the runner produced them: `accepted` kept drafts, then the target token
-                (when `has_target`). Truncated here at the first EOS and at the token limit.
-            accepted: a_t, how many leading drafts the target kept.
-            drafted_ids: the drafts, when known; `drafted_count` when only their number is (then ids are ()).
-            kind: force the target kind ("reference" for token-only lanes); default by :func:`target_kind`.
-            t_draft_s, t_verify_s: phase times of this step (seconds).
-            t_wall_s: the whole step's time; or give `t_start` (the runner's clock at the step's start) and the
-                wall time is measured when the event is built, bookkeeping included.
-            draft_forwards: draft model forwards this step (counted for decode steps only, as c is per forward).
-            draft_probs: q(d_i) per drafted token, when known.
-            target_probs: the target's probabilities (kept drafts, first rejected, target token), or a function
-                of the final (accepted, target_id) computed after truncation.
-            why: the drafting policy's reason for this step's k (k=auto: predicted gain), for tooltips.
-            tree: the token tree verified (tree drafting): then `drafted_count` is its node count and `drafted_ids`
-                the accepted path and the rejected line below it (see StepEvent.tree).
-        """
-        k = drafted_count if drafted_count is not None else len(drafted_ids)
-        a = min(accepted, k)
-        em = list(emitted[: self.remaining])
-        target_id: int | None = em[a] if has_target and len(em) > a else None
+    def _truncate(self, f: StepFacts) -> tuple[int, int, list[int], int | None, TargetKind, int]:
+        """The glossary's rules on one step: cut at the token limit and at the first EOS (an EOS among the accepted
+        drafts ends the step with no target token), and its kind. Returns (drafted k, accepted a, emitted tokens,
+        target token, target kind, tokens before the target token)."""
+        k = f.drafted_count if f.drafted_count is not None else len(f.drafted_ids)
+        a = min(f.accepted, k)
+        em = list(f.emitted[: self.remaining])
+        target_id: int | None = em[a] if f.has_target and len(em) > a else None
         if len(em) <= a:
             a, target_id = len(em), None
         for j, tok in enumerate(em):
@@ -225,68 +276,36 @@ class LaneRecorder:
                 em = em[: j + 1]
                 self.stop_reason = "eos"
                 break
-        lead = a  # tokens before the target token
-        if kind == "reference":  # tokens only: the chunk's last token stands for the target token
+        lead = a
+        kind = f.kind
+        if kind == "library":  # tokens only: the chunk's last token stands for the target token
             a, k = 0, 0
             target_id = em[-1] if em else None
             lead = max(0, len(em) - 1)
         elif kind is None:
             kind = target_kind(k, a)
-        pieces: list[str] = []
-        rejected_pieces: list[str] = []
-        if self.detok is not None and tree is not None and not tree.pieces:
-            tree = dataclasses.replace(tree, pieces=self._tree_pieces(tree))
-        if self.detok is not None:
-            pieces = [self.detok.push(t) for t in em[:lead]]
-            if len(drafted_ids) > a:
-                rejected_pieces = list(self.detok.peek(list(drafted_ids[a:])))
-            if target_id is not None:
-                pieces.append(self.detok.push(target_id))
-        t_probs = target_probs(a, target_id) if callable(target_probs) else target_probs
+        return k, a, em, target_id, kind, lead
+
+    def _clock_step(self, f: StepFacts, k: int) -> float:
+        """Add the step's times to the lane's clock (step 0 is the prefill; the others are decode steps) and check
+        it for a stall; returns its wall time."""
+        t_wall_s = f.t_wall_s
         if t_wall_s is None:
-            t_wall_s = (self.clock() - t_start) if t_start is not None else t_draft_s + t_verify_s
+            t_wall_s = (self.clock() - f.t_start) if f.t_start is not None else f.t_draft_s + f.t_verify_s
         if self._cpu0 is not None:
             self.note_stall(t_wall_s, time.process_time() - self._cpu0)
             self._cpu0 = None
-        first = self.acc.steps == 0
         self.lane_t += t_wall_s
-        if first:
+        if self.acc.steps == 0:
             self.prefill_s = t_wall_s
         else:
-            self.t_draft_s += t_draft_s
-            self.t_verify_s += t_verify_s
-            self.draft_forwards += draft_forwards
+            self.t_draft_s += f.t_draft_s
+            self.t_verify_s += f.t_verify_s
+            self.draft_forwards += f.draft_forwards
             if k >= len(self.k_hist):  # verify width k + 1, whatever was kept of it
                 self.k_hist.extend([0] * (k + 1 - len(self.k_hist)))
             self.k_hist[k] += 1
-        if em and self.ttft_s is None:
-            self.ttft_s = self.lane_t
-        self.output_ids.extend(em)
-        self.text.extend(pieces)
-        ev = StepEvent(
-            lane_id=self.lane_id,
-            step=self.acc.steps,
-            drafted_ids=tuple(drafted_ids),
-            accepted_count=a,
-            target_id=target_id,
-            target_kind=kind,
-            t_draft_s=t_draft_s,
-            t_verify_s=t_verify_s,
-            t_wall_s=t_wall_s,
-            emitted_ids=tuple(em),
-            pieces=tuple(pieces),
-            rejected_pieces=tuple(rejected_pieces),
-            draft_probs=tuple(draft_probs[:k]) if draft_probs else None,
-            target_probs=tuple(t_probs) if t_probs is not None else None,
-            t_s=self.lane_t,
-            drafted_count=k if (k and (not drafted_ids or tree is not None)) else None,
-            why=why,
-            tree=tree,
-        )
-        self.acc.add(ev)
-        if tree is not None:
-            self.tree_steps += 1
-        return ev
+        return t_wall_s
 
     def _tree_pieces(self, tree: TreeStep) -> tuple[str, ...]:
         """Each node's text after the sequence so far and its ancestors (display only)."""
@@ -323,9 +342,9 @@ class LaneRecorder:
     def override(self, **fields) -> None:
         """Replace measured totals in the final stats, for runners that know better: `wall_s` and `ttft_s` of a
         reference lane timed around the library call, or (`drafted`, `accepted`) from a backend's per-request
-        counters (with `counts_source="engine"`, or "streamed" when inferred from streamed chunks); `reference=True`
+        counters (with `counts_source="engine"`, or "streamed" when inferred from streamed chunks); `library=True`
         for token-only lanes."""
-        allowed = {"wall_s", "ttft_s", "prefill_s", "drafted", "accepted", "reference", "t_draft_s", "t_verify_s", "counts_source"}
+        allowed = {"wall_s", "ttft_s", "prefill_s", "drafted", "accepted", "library", "t_draft_s", "t_verify_s", "counts_source"}
         bad = set(fields) - allowed
         if bad:
             raise TypeError(f"cannot override {sorted(bad)}")
@@ -364,6 +383,6 @@ class LaneRecorder:
         d.update(self._overrides)
         return LaneStats(**d)
 
-    def finish(self) -> RunDone:
+    def finish(self) -> LaneDone:
         """The lane's last event."""
-        return RunDone(self.lane_id, self.stats(), cancelled=self.stop_reason == "cancelled")
+        return LaneDone(self.lane_id, self.stats(), cancelled=self.stop_reason == "cancelled")

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from app.core.paths import cache_root
+
 __all__ = [
     "PROFILE_VERSION",
     "PROFILE_NS",
@@ -76,6 +78,12 @@ def machine_key() -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 
+#: a profile whose measuring threads waited for a CPU this share of the measurement's wall time, or whose rounds
+#: disagreed by this much (interquartile range over median, for some n), was measured under contention
+CONTENDED_WAIT = 0.10
+CONTENDED_SPREAD = 0.5
+
+
 @dataclass(frozen=True)
 class CostProfile:
     """Measured forward times of one engine at one precision on one device and machine.
@@ -88,6 +96,10 @@ class CostProfile:
             tokens after `context_tokens` of context (logits for all n rows, as verification needs them).
         reps: forwards timed per n; measured_at: ISO time; measure_s: seconds the measurement took (loading
             excluded); version: PROFILE_VERSION.
+        cpu_wait_share: how long the measuring threads waited for a CPU, per second of the measurement (other
+            processes had the cores; None: not Linux); spread: how far the timed rounds disagreed (the largest
+            interquartile range of one n's rounds over its median). A profile measured under contention
+            (:attr:`contended`) is used for its run but never cached: it would price every later run on this machine.
     """
 
     engine: str
@@ -104,6 +116,8 @@ class CostProfile:
     measured_at: str = ""
     measure_s: float = 0.0
     version: int = PROFILE_VERSION
+    cpu_wait_share: float | None = None
+    spread: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.ns or self.ns[0] != 1 or len(self.ns) != len(self.times_s) or list(self.ns) != sorted(set(self.ns)):
@@ -115,6 +129,11 @@ class CostProfile:
     def key(self) -> str:
         """The cache key: engine, backend, precision, device, weights and machine."""
         return f"{self.engine}-{self.backend}-{self.precision}-{self.device}-{self.weights}-{self.machine}"
+
+    @property
+    def contended(self) -> bool:
+        """Measured while other processes took its CPU (CONTENDED_WAIT) or with rounds that disagree (CONTENDED_SPREAD)."""
+        return (self.cpu_wait_share or 0.0) > CONTENDED_WAIT or self.spread > CONTENDED_SPREAD
 
     @property
     def t1_s(self) -> float:
@@ -180,8 +199,7 @@ class LaneCosts:
 
 
 def profiles_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specdeck" / "profiles"
+    return cache_root() / "profiles"
 
 
 def profile_path(key: str) -> Path:

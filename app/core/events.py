@@ -17,14 +17,14 @@ __all__ = [
     "StepEvent",
     "Progress",
     "LaneStarted",
-    "RunDone",
+    "LaneDone",
     "RunError",
     "LogEvent",
     "ProfileReady",
     "Event",
 ]
 
-TargetKind = Literal["correction", "bonus", "baseline", "reference"]
+TargetKind = Literal["correction", "bonus", "baseline", "library"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +45,6 @@ class TreeStep:
             d.append(1 if p < 0 else d[p] + 1)
         return max(d, default=0)
 
-    def width(self, depth: int) -> int:
-        """Nodes at `depth` (1-based)."""
-        d: list[int] = []
-        for p in self.parents:
-            d.append(1 if p < 0 else d[p] + 1)
-        return sum(1 for x in d if x == depth)
-
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
@@ -65,7 +58,7 @@ class StepEvent:
         target_id: the token the target itself emitted (correction or bonus); None when the step
             ended at an accepted EOS or at the token limit before the target token.
         target_kind: "correction" (a_t < k_t), "bonus" (all accepted), "baseline" (nothing drafted),
-            "reference" (a reference lane: tokens only, drafting unknown).
+            "library" (a library lane: tokens only, drafting unknown).
         t_draft_s, t_verify_s, t_wall_s: drafting time, verification time, whole step time (seconds).
         pieces: decoded text of each emitted token (accepted drafts then target token), multi-byte safe:
             a token that completes no character has an empty piece.
@@ -143,7 +136,7 @@ class LaneStarted:
 
 
 @dataclass(frozen=True, slots=True)
-class RunDone:
+class LaneDone:
     """A lane finished; `stats` is the LaneStats of app.core.metrics."""
 
     lane_id: str
@@ -176,4 +169,4 @@ class ProfileReady:
     profile: CostProfile
 
 
-Event = StepEvent | Progress | LaneStarted | RunDone | RunError | LogEvent | ProfileReady
+Event = StepEvent | Progress | LaneStarted | LaneDone | RunError | LogEvent | ProfileReady

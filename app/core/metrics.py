@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 from app.core.costs import LaneCosts, predicted_wall_s, uniform_theory
 from app.core.events import StepEvent
@@ -25,6 +26,10 @@ __all__ = [
 
 #: Leviathan et al.'s formula (assumes a k-token verify costs one decode step); see app.core.costs.
 theoretical_speedup = uniform_theory
+
+
+#: where a lane's drafted/accepted counts come from (LaneStats.counts_source)
+CountsSource = Literal["steps", "streamed", "engine"]
 
 
 @dataclass(frozen=True)
@@ -70,12 +75,13 @@ class LaneStats:
     identical_to_baseline: bool | None = None
     first_divergence: int | None = None
     speedup: float | None = None
-    reference: bool = False
+    library: bool = False  # a library lane (tokens only: its drafting is not reported)
     step0_drafted: int = 0
     stall_s: float = 0.0
-    counts_source: str = "steps"
+    counts_source: CountsSource = "steps"
     notes: tuple[str, ...] = ()
     reference_divergence: int | None = None
+    reference_comparable: bool = True  # False: its target's tokenizer differs from the reference lane's (ids not compared)
     decode_k_hist: tuple[int, ...] = ()
     costs: LaneCosts | None = None
     tree_steps: int = 0
@@ -87,7 +93,7 @@ class LaneStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """α = Σ accepted / Σ drafted; None when nothing was drafted (baseline, reference)."""
+        """α = Σ accepted / Σ drafted; None when nothing was drafted (baseline, library lanes)."""
         return self.accepted / self.drafted if self.drafted else None
 
     @property
@@ -220,7 +226,8 @@ class SetupSummary:
     overhead_share: float
     ttft_s: float
     stall_s: float = 0.0  # lane time lost to stalls, summed over the setup's runs (and flagged in displays)
-    counts_source: str = "steps"  # where α's counts come from ("+"-joined when the runs differ), see LaneStats
+    counts_source: str = "steps"  # where α's counts come from: one of CountsSource, or "mixed" when the runs differ
+    counts_sources: tuple[str, ...] = ("steps",)  # each source of the setup's runs, once
     notes: tuple[str, ...] = ()  # the runs' notes, once each
     uniform_theory: float | None = None  # Leviathan et al.'s formula with the measured α, mean k and c (V(n) = 1)
     #: the worker's threads' wait for a CPU over the lanes' wall time (LaneStats.cpu_wait_s; None: not measured)
@@ -244,7 +251,7 @@ def predicted_theory(paired: Sequence[tuple[LaneStats, LaneStats]]) -> float | N
         return None
     base_wall = pred = 0.0
     for r, b in paired:
-        if r.costs is None or not r.decode_k_hist or r.reference or r.counts_source != "steps" or b.decode_steps <= 0:
+        if r.costs is None or not r.decode_k_hist or r.library or r.counts_source != "steps" or b.decode_steps <= 0:
             return None
         step = b.t_verify_s / b.decode_steps
         overhead = max(0.0, b.wall_s - b.prefill_s - b.t_verify_s - b.t_draft_s) / b.decode_steps
@@ -321,7 +328,8 @@ def summarize(runs: Sequence[LaneStats]) -> list[SetupSummary]:
                 overhead_share=max(0.0, wall - tp - td - tv) / wall if wall > 0 else float("nan"),
                 ttft_s=_mean(r.ttft_s for r in rs),
                 stall_s=sum(r.stall_s for r in rs),
-                counts_source="+".join(dict.fromkeys(r.counts_source for r in rs)),
+                counts_source=_one_source(rs),
+                counts_sources=tuple(dict.fromkeys(r.counts_source for r in rs)),
                 notes=tuple(dict.fromkeys(n for r in rs for n in r.notes)),
                 cpu_wait_share=cpu_wait_share(rs),
             )
@@ -336,3 +344,9 @@ def cpu_wait_share(rs: Sequence[LaneStats]) -> float | None:
         return None
     wall = sum(r.wall_s for r in rs)
     return round(sum(r.cpu_wait_s or 0.0 for r in rs) / wall, 4) if wall > 0 else None
+
+
+def _one_source(rs: Sequence[LaneStats]) -> str:
+    """The runs' counts source when they agree, else "mixed"."""
+    sources = {r.counts_source for r in rs}
+    return sources.pop() if len(sources) == 1 else "mixed"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import platform
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from app.core.errors import SetupError, SpecDeckError
 from app.core.metrics import LaneStats, baseline_of, first_divergence, is_baseline, setup_target, summarize
 
-__all__ = ["attach_baseline", "build_report", "RUN_KEYS"]
+__all__ = ["attach_baseline", "build_report", "RUN_KEYS", "check_writable", "write_json"]
 
 RUN_KEYS = (
     "setup",
@@ -32,10 +36,13 @@ RUN_KEYS = (
 )
 
 
-def attach_baseline(runs: Sequence[LaneStats], reference: str | None = None) -> list[LaneStats]:
+def attach_baseline(runs: Sequence[LaneStats], reference: str | None = None,
+                    comparable: Callable[[str, str], bool] | None = None) -> list[LaneStats]:
     """Fill identical_to_baseline / first_divergence / speedup of every run from the baseline run of its own
     target (`baseline` or `baseline@<target>`) on the same prompt and repeat, and — with `reference`, a setup
-    label — reference_divergence from that setup's run (computed, never assumed)."""
+    label — reference_divergence from that setup's run (computed, never assumed). `comparable(setup, reference)`
+    says whether two setups' targets share a tokenizer: token ids of different vocabularies are not compared (the
+    run gets reference_comparable False)."""
     base = {(r.setup, r.prompt_id, r.repeat): r for r in runs if is_baseline(r.setup)}
     ref = {(r.prompt_id, r.repeat): r for r in runs if reference is not None and r.setup == reference}
     out = []
@@ -44,7 +51,10 @@ def attach_baseline(runs: Sequence[LaneStats], reference: str | None = None) -> 
         r = r.with_baseline(b) if b is not None else r
         x = ref.get((r.prompt_id, r.repeat))
         if x is not None and x is not r:
-            r = replace(r, reference_divergence=first_divergence(r.output_ids, x.output_ids))
+            if comparable is None or comparable(r.setup, x.setup):
+                r = replace(r, reference_divergence=first_divergence(r.output_ids, x.output_ids))
+            else:
+                r = replace(r, reference_comparable=False)
         out.append(r)
     return out
 
@@ -68,13 +78,14 @@ def build_report(
     sampling: dict | None = None,
     extra: dict | None = None,
     reference: str | None = None,
+    comparable: Callable[[str, str], bool] | None = None,
 ) -> dict:
     """The JSON document: {"target", "device", "dtype", "runs": [...], "summary": [...]} plus metadata.
 
     Each run carries the DESIGN.md keys first, then the extra measurements (prefill, draft/verify times,
     per-position acceptance, first divergence).
     """
-    runs = attach_baseline(runs, reference)
+    runs = attach_baseline(runs, reference, comparable)
     run_rows = []
     for r in runs:
         d = r.to_json()
@@ -96,3 +107,38 @@ def build_report(
     if extra:
         doc.update(extra)
     return _clean(doc)
+
+
+def check_writable(path: str, flag: str = "--json") -> None:
+    """Refuse an output path that cannot be written, before any work is done.
+
+    Raises:
+        SetupError: a folder, a missing folder or an unwritable place (the message names the flag and the fix).
+    """
+    p = os.path.abspath(path)
+    parent = os.path.dirname(p) or "."
+    if os.path.isdir(p):
+        raise SetupError(f"{flag} {path}: is a folder", fix=f"give a file name, e.g. {flag} report.json")
+    if not os.path.isdir(parent):
+        raise SetupError(f"{flag} {path}: the folder {parent} does not exist", fix=f"create it (mkdir -p {parent}) or pick another path")
+    if not os.access(parent, os.W_OK) or (os.path.exists(p) and not os.access(p, os.W_OK)):
+        raise SetupError(f"{flag} {path}: not writable here", fix="pick a path you can write to")
+
+
+def write_json(doc: dict, path: str) -> str:
+    """Write `doc` to `path`; if that fails, to a file in the current or temp folder. Returns where it went.
+
+    Raises:
+        SpecDeckError: when no place could take it (the message names every place tried).
+    """
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    tried = []
+    name = f"specdeck-report-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for where in (path, os.path.join(os.getcwd(), name), os.path.join(tempfile.gettempdir(), name)):
+        try:
+            with open(where, "w", encoding="utf-8") as f:
+                f.write(text)
+            return where
+        except OSError as e:
+            tried.append(f"{where}: {e.strerror or e}")
+    raise SpecDeckError("could not save the report: " + "; ".join(tried), fix="free disk space or pick another --json path")

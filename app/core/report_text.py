@@ -77,8 +77,13 @@ def render_summary(doc: dict) -> str:
             if s["setup"] == doc["reference"]:
                 ident += " | ref"
             else:
-                rdivs = [r.get("reference_divergence") for r in rs]
-                ident += " | = ref" if rdivs and all(d is None for d in rdivs) else f" | ref @{min(d for d in rdivs if d is not None)}"
+                rdivs = [r.get("reference_divergence") for r in rs if r.get("reference_comparable", True)]
+                if len(rdivs) < len(rs):
+                    ident += " | ref: other tokenizer"
+                elif rdivs and all(d is None for d in rdivs):
+                    ident += " | = ref"
+                else:
+                    ident += f" | ref @{min(d for d in rdivs if d is not None)}"
         rows.append(
             [
                 s["setup"],
@@ -86,7 +91,7 @@ def render_summary(doc: dict) -> str:
                 _fmt(s["speedup"], ".2f") + ("x" if s["speedup"] is not None else "")
                 + ("!" if s["speedup"] is not None and (stalled & {s["setup"], "baseline"}) else ""),
                 _fmt(s["theoretical_speedup"], ".2f") + ("x" if s["theoretical_speedup"] is not None else ""),
-                ("~" if "streamed" in s.get("counts_source", "") and s["acceptance_rate"] is not None else "") + _fmt(s["acceptance_rate"], ".2f"),
+                ("~" if "streamed" in s.get("counts_sources", ()) and s["acceptance_rate"] is not None else "") + _fmt(s["acceptance_rate"], ".2f"),
                 _fmt(s["mean_accepted_len"], ".2f"),
                 _fmt(s["mean_k"], ".1f") if s["mean_k"] else "–",
                 _fmt(s["c"], ".3f"),
@@ -105,7 +110,7 @@ def render_summary(doc: dict) -> str:
                   "(= same tokens, @N first difference)")
     if stalled:
         table += "\n! a lane's clock includes a stall (the worker was stopped or starved): that speedup is not trustworthy"
-    if any("streamed" in s.get("counts_source", "") for s in doc["summary"]):
+    if any("streamed" in s.get("counts_sources", ()) for s in doc["summary"]):
         table += "\n~ α inferred from streamed chunk sizes (k drafts assumed per iteration), not counted by the engine"
     for s in doc["summary"]:
         for note in s.get("notes") or ():
@@ -153,7 +158,11 @@ def render_profiles(profiles: Sequence[dict]) -> str:
     if not profiles:
         return ""
     ps = [CostProfile.from_json(p) for p in profiles]
-    rows = [[f"{p.engine} ({p.backend} {p.precision})", f"{p.t1_s * 1e3:.1f}", *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS)] for p in ps]
+    rows = [[f"{p.engine} ({p.backend} {p.precision})" + (" !" if p.contended else ""), f"{p.t1_s * 1e3:.1f}",
+             *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS)] for p in ps]
     head = (f"verify cost on {ps[0].machine_text or 'this machine'}: T(1) = one-token forward, V(n) = forward over n tokens ÷ T(1) "
             "(a step verifying k drafts costs V(k+1) decode steps)")
-    return head + "\n" + format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows)
+    notes = [f"! {p.engine} ({p.precision}) was measured while other processes took its CPU (waited {100 * (p.cpu_wait_share or 0):.0f} % "
+             f"of the time; rounds spread {100 * p.spread:.0f} %): used for this run only, not cached; measure it on a quiet machine "
+             f"(python -m app profile {p.engine} --force)" for p in ps if p.contended]
+    return "\n".join([head, format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows), *notes])

@@ -58,8 +58,8 @@ BUILTIN_KINDS: dict[str, str] = {
     "baseline": "app.lanes.baseline",
     "draft": "app.lanes.draft",
     "ngram": "app.lanes.ngram",
-    "hf-assisted": "app.lanes.hf_reference",
-    "hf-lookup": "app.lanes.hf_reference",
+    "hf-assisted": "app.lanes.hf_library",
+    "hf-lookup": "app.lanes.hf_library",
     "trtllm": "app.lanes.trtllm",
     "llamacpp-lookup": "app.lanes.llamacpp_lookup",
     "remote": "app.lanes.remote",
@@ -232,10 +232,10 @@ class SetupKind:
         title: the GUI's name of the method ("draft model").
         summary: one line for the grammar and the README.
         build: `build(setup, env) -> LaneRunner`, called in the worker (imports torch/engines lazily).
-        reference: the lane reports tokens only (a library's own implementation), no per-step drafting.
+        library: a library lane: it reports tokens only (a library's own implementation), no per-step drafting.
     """
 
-    def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], reference: bool = False) -> None:
+    def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], library: bool = False) -> None:
         if not dataclasses.is_dataclass(setup_cls) or not issubclass(setup_cls, SetupBase) or not setup_cls.prefix:
             raise TypeError(f"{setup_cls!r} must be a frozen dataclass subclassing SetupBase with a prefix")
         self.setup_cls = setup_cls
@@ -243,7 +243,7 @@ class SetupKind:
         self.title = title
         self.summary = summary
         self.build = build
-        self.reference = reference
+        self.library = library
         hints = typing.get_type_hints(setup_cls)
         self.engine: EngineArg | None = None
         params: list[Param] = []
@@ -343,6 +343,7 @@ class SetupKind:
 
 _kinds: dict[str, SetupKind] = {}
 _loaded = False
+_load_error: SetupError | None = None
 
 
 def register(kind: SetupKind, *, replace: bool = False) -> SetupKind:
@@ -359,24 +360,45 @@ def unregister(prefix: str) -> None:
 
 
 def _load() -> None:
-    global _loaded
+    """Import the built-in kinds' modules and the plug-ins of $SPECDECK_SETUP_KINDS (once).
+
+    Raises:
+        SetupError: a plug-in module that cannot be imported (its error in one line, where it happened) or that
+            registers no setup kind; raised again on every later call, never half-loaded silently.
+    """
+    global _loaded, _load_error
+    if _load_error is not None:
+        raise _load_error
     if _loaded:
         return
-    _loaded = True
-    mods = list(dict.fromkeys(BUILTIN_KINDS.values()))
-    extra = [m.strip() for m in os.environ.get("SPECDECK_SETUP_KINDS", "").split(",") if m.strip()]
-    for mod in mods + extra:
+    for mod in dict.fromkeys(BUILTIN_KINDS.values()):
+        importlib.import_module(mod)
+    for mod in [m.strip() for m in os.environ.get("SPECDECK_SETUP_KINDS", "").split(",") if m.strip()]:
         try:
-            m = importlib.import_module(mod)
-        except ImportError as e:
-            if mod in extra:
-                raise SetupError(f"cannot import setup type module {mod!r} (SPECDECK_SETUP_KINDS): {e}",
-                                 fix="fix the module name in SPECDECK_SETUP_KINDS or make it importable") from None
+            _load_plugin(mod)
+        except SetupError as e:
+            _load_error = e
             raise
-        if mod in extra:  # a plug-in module may register itself or just expose KIND (or KINDS)
-            for k in (getattr(m, "KIND", None), *getattr(m, "KINDS", ())):
-                if isinstance(k, SetupKind) and k.prefix not in _kinds:
-                    register(k)
+    _loaded = True
+
+
+def _load_plugin(mod: str) -> None:
+    before = set(_kinds)
+    try:
+        m = importlib.import_module(mod)
+    except Exception as e:  # a plug-in's own bug: one line naming it, not a traceback through SpecDeck
+        import traceback
+
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raise SetupError(f"cannot import setup kind module {mod!r} (SPECDECK_SETUP_KINDS): {type(e).__name__}: {e} "
+                         f"({where.filename}:{where.lineno})",
+                         fix="fix that module, or remove it from SPECDECK_SETUP_KINDS") from None
+    for k in (getattr(m, "KIND", None), *getattr(m, "KINDS", ())):  # a plug-in may register itself or just expose KIND(S)
+        if isinstance(k, SetupKind) and k.prefix not in _kinds:
+            register(k)
+    if set(_kinds) == before:
+        raise SetupError(f"setup kind module {mod!r} (SPECDECK_SETUP_KINDS) registers no setup kind",
+                         fix="a plug-in defines KIND = SetupKind(...) (or KINDS, or calls register()); check the module name")
 
 
 def kinds() -> list[SetupKind]:

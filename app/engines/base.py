@@ -1,10 +1,12 @@
-"""The engine protocol the speculative loop drives, and tokenizer helpers shared by backends."""
+"""What callers may use of an engine: :class:`Engine` (every backend) and :class:`StepEngine` (the engines our loop
+drives one forward at a time), the decode state of a step engine, and what backends share (:class:`EngineBase`:
+prompts, detokenizing, the defaults of the protocol)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Engine", "DecodeState", "IncrementalDetokenizer", "TokenizerMixin", "PROBE_TEXT", "check_tokenizers"]
+__all__ = ["Engine", "StepEngine", "DecodeState", "IncrementalDetokenizer", "EngineBase", "PROBE_TEXT", "check_tokenizers"]
 
 PROBE_TEXT = "def fib(n):\n    return n if n < 2 else fib(n-1) + fib(n-2)  # héllo, 世界 🚀"
 
@@ -27,21 +29,40 @@ class DecodeState(Protocol):
         ...
 
 
+@runtime_checkable
 class Engine(Protocol):
+    """A loaded engine of any backend: a target, a draft, a server or a library's generate."""
+
     name: str
+    backend: str  # the manifest's backend (app.engines.backends)
+    device: str
+    dtype: str  # the precision it runs in ("float32", "int8", "Q4_K_M", "server", …)
+    tokenizer: Any
     vocab_size: int  # rows of the logits
     eos_ids: frozenset[int]
-    device: str
-    dtype: str
     context_length: int | None  # positions for prompt + generated tokens (None: unknown; the scheduler checks it)
+    max_prompt_tokens: int | None  # the longest prompt it accepts, when that is a separate limit
+    load_s: float  # seconds its load took
+    supports_hidden: bool  # gives the hidden state that produced each token (ReDrafter heads)
+    supports_tree: bool  # verifies a token tree in one forward
 
     def encode_prompt(self, text: str, chat: bool = True) -> list[int]: ...
-
-    def new_state(self) -> DecodeState: ...
 
     def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer: ...
 
     def decode(self, ids: list[int]) -> str: ...
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (CUDA) so timings are true; nothing on CPU."""
+        ...
+
+
+@runtime_checkable
+class StepEngine(Engine, Protocol):
+    """An engine our speculative loop drives: a decode state per lane, one forward at a time (hf, llamacpp). Only
+    these can verify drafts, draft themselves, verify trees and be profiled (app.speculative.costs)."""
+
+    def new_state(self) -> DecodeState: ...
 
 
 class IncrementalDetokenizer:
@@ -106,12 +127,20 @@ def check_tokenizers(target_name: str, target_tok, draft_name: str, draft_tok) -
         )
 
 
-class TokenizerMixin:
-    """Prompt encoding and decoding shared by backends that hold an HF tokenizer (`self.tokenizer`) and a
-    manifest (`self.manifest`, for its chat_template flag)."""
+class EngineBase:
+    """What backends share: prompt encoding and decoding with an HF-like tokenizer (`self.tokenizer`) and the
+    manifest's chat_template flag (`self.manifest`), and the defaults of :class:`Engine`'s optional parts."""
 
     tokenizer: Any
     manifest: Any
+    context_length: int | None = None
+    max_prompt_tokens: int | None = None
+    load_s: float = 0.0
+    supports_hidden: bool = False
+    supports_tree: bool = False
+
+    def sync(self) -> None:
+        pass
 
     def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
         tok = self.tokenizer

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from app.core.errors import EngineError
+from app.core.paths import cache_root, writable_dir
 from app.engines.gguf_header import gguf_fp32_bytes
-from app.engines.registry import EngineManifest, resolve_package_path
+from app.engines.manifest import EngineManifest, resolve_package_path
 
 __all__ = [
     "ProgressFn",
@@ -45,6 +46,7 @@ __all__ = [
     "space_needed",
     "check_free_space",
     "route_progress_bars",
+    "is_disk_full",
 ]
 
 ProgressFn = Callable[[str, float, float, str], None]  # (task, done, total, unit)
@@ -54,11 +56,6 @@ _CHUNK = 8 << 20
 
 def _noop(task: str, done: float, total: float, unit: str) -> None:
     pass
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specdeck"
 
 
 def weights_key(m: EngineManifest) -> str:
@@ -314,7 +311,7 @@ def check_free_space(m: EngineManifest, root: Path, needed: int | None) -> None:
         )
 
 
-def _is_disk_full(e: BaseException | None) -> bool:
+def is_disk_full(e: BaseException | None) -> bool:
     """ENOSPC/EDQUOT as an OSError, or inside another library's error (safetensors: "No space left on device
     (os error 28)"), anywhere in the exception's chain."""
     seen = 0
@@ -410,8 +407,7 @@ def prepare(m: EngineManifest, progress: ProgressFn = _noop, force: bool = False
     for p in paths:
         if not p.is_file():
             raise EngineError(f"engine {m.name}: weight file {p} does not exist", fix=f"fix the path in {m.where}")
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
+    root = writable_dir(cache_root(), f"the converted weights of {m.name}")
     with _conversion_lock(root / f".{dest.name}.lock", f"waiting for another conversion of {m.name}", progress) as waited:
         if (dest / MARKER).is_file() and (waited or not force):
             return dest
@@ -444,8 +440,7 @@ def prepare_gguf(m: EngineManifest, progress: ProgressFn = _noop) -> Path:
         return target
     if m.source_kind == "gguf" and not (m.sha256 or m.size):
         return target  # nothing to check (an ad-hoc .gguf)
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
+    root = writable_dir(cache_root(), f"the joined weights of {m.name}")
     with _conversion_lock(root / f".{dest.name}.lock", f"waiting for another preparation of {m.name}", progress):
         if (dest / MARKER).is_file():
             return target
@@ -463,7 +458,7 @@ def prepare_gguf(m: EngineManifest, progress: ProgressFn = _noop) -> Path:
             os.replace(tmp, dest)
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            if not _is_disk_full(e):
+            if not is_disk_full(e):
                 raise
             raise EngineError(f"disk full while joining engine {m.name} into the cache folder {root} (No space left on device)",
                               fix=_space_fix(root, None)) from None
@@ -498,7 +493,7 @@ def _convert_locked(m: EngineManifest, paths: list[Path], root: Path, dest: Path
             os.replace(dest, tmp / "old")
         os.replace(out, dest)
     except Exception as e:
-        if not _is_disk_full(e):
+        if not is_disk_full(e):
             raise
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)  # first, so that the free space below is what the user has

@@ -1,10 +1,10 @@
 """Faster fp32 linear layers on CPU: oneDNN with pre-packed weights instead of the default BLAS call.
 
-Measured here (AMD EPYC, 2 cores, torch 2.13 CPU wheel, whose BLAS is MKL): a 1536→8960 fp32 linear costs
-3.3 ms for 1 row but 11.3 ms for 5 rows with the default path, against 2.0 ms and 3.0 ms with oneDNN's packed
-GEMM. For a Qwen2.5-Coder-1.5B forward: 0.36 s (1 token) / 0.98 s (5 tokens) before, 0.32 s / 0.41 s after —
-which is what decides whether verifying k drafts in one pass pays off on a CPU. Every lane of a run (baseline,
-ours, transformers' reference lanes) uses the same patched model, so comparisons stay fair.
+Why: on torch's default CPU path a forward over a few tokens costs several times a one-token forward, and that
+ratio (V(n)) decides whether verifying k drafts in one pass pays off on a CPU; oneDNN's packed GEMM keeps a few
+rows close to the cost of one. The figures and how to measure them (`python -m app profile ENGINE`, with and
+without `SPECDECK_CPU_GEMM=default`): resources/bench/README.md, "The GEMM". Every lane of a run (baseline, ours,
+transformers' own lanes) uses the same patched model, so comparisons stay fair.
 
 The ops are PyTorch's own (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`, which inductor uses for
 CPU linears); they are private, so `pack_linears` checks each patched layer against the original on a random input
@@ -295,15 +295,15 @@ def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: 
     Returns (int8 layers, fp32 layers kept, TV).
 
     For draft models only: a draft's precision never changes what the target emits (the verifier decides), only how
-    often drafts are accepted, while its forward gets about 2x cheaper than the packed fp32 one on this CPU
-    (Qwen2.5-Coder-0.5B, 1 token: 55 ms against 111 ms).
+    often drafts are accepted, while its forward gets cheaper than the packed fp32 one (`python -m app profile
+    TARGET --draft D:int8 --draft D` prints both drafts' T(1); figures: resources/bench/README.md, "Draft
+    precision").
 
     Activations are quantized per tensor, so a layer whose input has outlier channels (typically the MLP's down
-    projection) loses resolution, and how much that matters end to end depends on the model: measured here, all-int8
-    Qwen2.5-Coder-0.5B is at TV 0.12 from fp32 (top-1 agreement 0.96 where fp32 is confident), SmolLM2-135M at 0.47
-    (0.59), 0.11 once its down, up and v projections stay fp32. So each layer's own error on the inputs it sees for
-    the probe ranks the layers, and the worst go back to fp32, an eighth of the remaining ones at a time, until the
-    distributions pass.
+    projection) loses resolution, and how much that matters end to end depends on the model (one all-int8 draft
+    stays close to fp32 where another does not: resources/bench/README.md, "Draft precision"). So each layer's own
+    error on the inputs it sees for the probe ranks the layers, and the worst go back to fp32, an eighth of the
+    remaining ones at a time, until the distributions pass.
 
     Memory: each layer is quantized as soon as the fp32 reference forward has run through it (a forward hook), and
     its fp32 pages released (`release_file_pages`); a weight over LARGE_BYTES (the output layer) computes its part of
@@ -312,18 +312,49 @@ def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: 
     to fp32 (the caller packs those). An fp32 model built in memory has no file to fall back on: its originals stay
     until this returns.
     """
-    import warnings
-
     linears = [(parent, cname, child) for parent in model.modules() for cname, child in parent.named_children() if type(child) is torch.nn.Linear]
     if not linears:
         return 0, 0, 1.0
-    quantized: dict[int, tuple[float, torch.nn.Module]] = {}  # id(fp32 layer) -> (RMS error per row, int8 layer)
+    x_ids = torch.tensor([probe_ids], dtype=torch.long)
+    q = _ProbeQuantizer()
+    p_ref = q.reference_forward(model, [child for _, _, child in linears], x_ids)  # [n, V]: the fp32 reference
+    ranked = [(*q.quantized[id(child)], parent, cname, child) for parent, cname, child in linears]  # (error, int8, …)
+    q.quantized.clear()
+    ranked.sort(key=lambda r: -r[0])
+    for _, int8, parent, cname, _ in ranked:
+        setattr(parent, cname, int8)
 
-    def quantize(child: torch.nn.Linear, x: torch.Tensor | None) -> torch.Tensor | None:
+    def distance() -> float:
+        with torch.inference_mode():
+            p = model(input_ids=x_ids).logits[0].float().softmax(-1)
+            return float(0.5 * p.sub_(p_ref).abs_().sum(-1).mean())
+
+    kept = 0
+    tv = distance()
+    while not tv <= max_tv and kept < len(ranked):  # the worst layers back to fp32, an eighth of the rest at a time
+        step = max(1, (len(ranked) - kept) // 8)
+        for _, _, parent, cname, child in ranked[kept : kept + step]:
+            setattr(parent, cname, child)
+        kept += step
+        tv = distance() if kept < len(ranked) else 0.0
+    n_int8 = len(ranked) - kept
+    ranked.clear()  # the int8 copies of the layers put back to fp32
+    trim_heap()
+    return n_int8, kept, tv
+
+
+class _ProbeQuantizer:
+    """quantize_linears_int8's reference forward: each nn.Linear quantized as soon as the fp32 forward has run through
+    it, ranked by its own error on the input it saw (`quantized`: id(fp32 layer) -> (RMS error per row, int8 layer))."""
+
+    def __init__(self) -> None:
+        self.quantized: dict[int, tuple[float, torch.nn.Module]] = {}
+
+    def quantize(self, child: torch.nn.Linear, x: torch.Tensor | None) -> torch.Tensor | None:
         """Quantize `child` and rank it by its error on its input x (None: the probe never reached it); returns its
         fp32 output on x."""
         if x is None:
-            quantized[id(child)] = (float("inf"), int8_linear(child))
+            self.quantized[id(child)] = (float("inf"), int8_linear(child))
             return None
         x2 = x.detach().reshape(-1, child.in_features)  # [n, in]
         if _large(child.weight):
@@ -340,67 +371,50 @@ def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: 
             y = torch.nn.functional.linear(x2, child.weight, child.bias)
             q = int8_linear(child)
         err = float(q(x2).sub_(y).norm() / x2.shape[0] ** 0.5)  # RMS error per row; in place: vocabulary-wide rows
-        quantized[id(child)] = (err if err == err else float("inf"), q)
+        self.quantized[id(child)] = (err if err == err else float("inf"), q)
         trim_heap()
         return y
 
-    def on_forward(mod, args, out):  # small layers: after their own forward
-        if id(mod) not in quantized:  # a layer called twice in one forward is quantized once
-            quantize(mod, args[0])
+    def _blockwise(self, mod: torch.nn.Linear):
+        """A large layer's forward during the reference pass: quantized a block of rows at a time."""
 
-    def blockwise(mod):  # large layers: instead of their forward
         def forward(x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-            if id(mod) in quantized:
+            if id(mod) in self.quantized:
                 return torch.nn.functional.linear(x, mod.weight, mod.bias)
-            y = quantize(mod, x)
+            y = self.quantize(mod, x)
             assert y is not None
             return y.reshape(*x.shape[:-1], mod.out_features)
 
         return forward
 
-    x_ids = torch.tensor([probe_ids], dtype=torch.long)
-    with warnings.catch_warnings(), torch.inference_mode():
-        # torch.ao.quantization's eager API is deprecated in favour of torchao, which is not a dependency here
-        warnings.simplefilter("ignore")
-        hooks = []
-        for _, _, child in linears:
-            if _large(child.weight):
-                child.forward = blockwise(child)
-            else:
-                hooks.append(child.register_forward_hook(on_forward))
-        try:
-            p_ref = model(input_ids=x_ids).logits[0].float().softmax(-1)  # [n, V]: the fp32 reference
-        finally:
-            for h in hooks:
-                h.remove()
-            for _, _, child in linears:
-                child.__dict__.pop("forward", None)
-        for _, _, child in linears:  # layers the probe never reached
-            if id(child) not in quantized:
-                quantize(child, None)
-    ranked = [(*quantized[id(child)], parent, cname, child) for parent, cname, child in linears]  # (error, int8, …)
-    quantized.clear()
-    ranked.sort(key=lambda r: -r[0])
-    for _, q, parent, cname, _ in ranked:
-        setattr(parent, cname, q)
+    def reference_forward(self, model: torch.nn.Module, linears: list[torch.nn.Linear], x_ids: torch.Tensor) -> torch.Tensor:
+        """The fp32 next-token distributions on the probe [n, V], every linear layer quantized on the way."""
+        import warnings
 
-    def distance() -> float:
-        with torch.inference_mode():
-            p = model(input_ids=x_ids).logits[0].float().softmax(-1)
-            return float(0.5 * p.sub_(p_ref).abs_().sum(-1).mean())
+        def on_forward(mod, args, out):  # small layers: after their own forward
+            if id(mod) not in self.quantized:  # a layer called twice in one forward is quantized once
+                self.quantize(mod, args[0])
 
-    kept = 0
-    tv = distance()
-    while not tv <= max_tv and kept < len(ranked):
-        step = max(1, (len(ranked) - kept) // 8)
-        for _, _, parent, cname, child in ranked[kept : kept + step]:
-            setattr(parent, cname, child)
-        kept += step
-        tv = distance() if kept < len(ranked) else 0.0
-    n_int8 = len(ranked) - kept
-    ranked.clear()  # the int8 copies of the layers put back to fp32
-    trim_heap()
-    return n_int8, kept, tv
+        with warnings.catch_warnings(), torch.inference_mode():
+            # torch.ao.quantization's eager API is deprecated in favour of torchao, which is not a dependency here
+            warnings.simplefilter("ignore")
+            hooks = []
+            for child in linears:
+                if _large(child.weight):
+                    child.forward = self._blockwise(child)
+                else:
+                    hooks.append(child.register_forward_hook(on_forward))
+            try:
+                p_ref = model(input_ids=x_ids).logits[0].float().softmax(-1)
+            finally:
+                for h in hooks:
+                    h.remove()
+                for child in linears:
+                    child.__dict__.pop("forward", None)
+            for child in linears:  # layers the probe never reached
+                if id(child) not in self.quantized:
+                    self.quantize(child, None)
+        return p_ref
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

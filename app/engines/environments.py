@@ -26,13 +26,12 @@ import sys
 from pathlib import Path
 
 from app.core.errors import EngineError
-from app.engines.registry import EngineManifest
+from app.engines.backends import backend
+from app.engines.manifest import EngineManifest
 
-__all__ = ["ROOT", "TRTLLM_VENV", "worker_python", "same_python", "foreign_call", "worker_env"]
+__all__ = ["ROOT", "worker_python", "same_python", "foreign_call", "worker_env"]
 
 ROOT = Path(__file__).resolve().parents[2]
-TRTLLM_VENV = ROOT / ".venv-trtllm"
-_DEFAULT_ENV = {"trtllm": "SPECDECK_TRTLLM_PYTHON"}
 
 
 def same_python(python: str | os.PathLike | None) -> bool:
@@ -51,13 +50,13 @@ def worker_python(manifest: EngineManifest) -> str | None:
     """
     raw = manifest.extra.get("python")
     origin = f"python in {manifest.where}"
-    if raw is None and manifest.backend in _DEFAULT_ENV:
-        var = _DEFAULT_ENV[manifest.backend]
-        raw, origin = os.environ.get(var) or None, f"${var}"
-        if raw is None:
-            default = TRTLLM_VENV / "bin" / "python"
+    b = backend(manifest.backend)
+    if raw is None and b.python_env:
+        raw, origin = os.environ.get(b.python_env) or None, f"${b.python_env}"
+        if raw is None and b.python_venv:
+            default = ROOT / b.python_venv / "bin" / "python"
             raw = str(default) if default.exists() else None
-            origin = f"{default} (made by `make trtllm-env`)"
+            origin = f"{default} (made by `make {b.name}-env`)"
     if raw is None:
         return None
     p = Path(os.path.expandvars(str(raw))).expanduser()

@@ -1,5 +1,10 @@
 """Reading a GGUF's header without its tensor data: the file may be split into parts read as one stream.
 
+Read by hand because ``gguf.GGUFReader`` memory-maps one whole file (SpecDeck's Qwen GGUFs are raw parts, read
+before they are joined) and decodes every field, tokenizer included, before it answers. The format's constants
+(magic, value types and their widths, file types) are the ``gguf`` package's own; a test compares what is read
+here with ``GGUFReader`` on a single file.
+
 One walker (:func:`_walk`) reads the metadata key/values and the tensor table; :func:`gguf_file_type` stops at
 `general.file_type`, :func:`gguf_fp32_bytes` sums the tensors' elements (what dequantising to fp32 will need).
 """
@@ -8,16 +13,19 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
+
+import numpy as np
+from gguf import GGUF_MAGIC, GGUFReader, GGUFValueType, LlamaFileType
 
 __all__ = ["FILE_TYPES", "gguf_file_type", "gguf_fp32_bytes"]
 
-# GGUF metadata value types (gguf.GGUFValueType) → struct format; 8 = string, 9 = array.
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+# GGUF scalar value types → numpy dtype: GGUFReader's own table (gguf calls it an internal helper; gguf is pinned and
+# tests/engines/test_gguf_header.py compares every value type with GGUFReader). Strings and arrays are walked below.
+_SCALARS: dict[int, np.dtype] = {int(t): np.dtype(s) for t, s in GGUFReader.gguf_scalar_to_np.items()}
 
-# general.file_type → llama.cpp's name for the quantisation (llama_ftype)
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M",
-              13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+#: general.file_type → llama.cpp's name for the quantisation (llama_ftype), e.g. 15 → "Q4_K_M".
+FILE_TYPES: dict[int, str] = {int(ft): ft.name.split("_", 1)[1] for ft in LlamaFileType if ft is not LlamaFileType.GUESSED}
 
 
 class _Chain:
@@ -60,27 +68,27 @@ def _walk(paths: list[Path], key: bytes | None = None) -> tuple[int, int] | None
     With `key`, stop at that scalar metadata key and raise _Found with its value (tensors are not read)."""
     r = _Chain(paths)
     try:
-        if r.read(4) != b"GGUF":
+        if struct.unpack("<I", r.read(4))[0] != GGUF_MAGIC:
             return None
-        e = "<" if struct.unpack("<I", r.read(4))[0] < 0x10000 else ">"  # a big-endian file has a swapped version
+        e: Literal["<", ">"] = "<" if struct.unpack("<I", r.read(4))[0] < 0x10000 else ">"  # big-endian: a swapped version
         u32, u64 = struct.Struct(e + "I"), struct.Struct(e + "Q")
         n_tensors, n_kv = struct.unpack(e + "QQ", r.read(16))
         read = 24
 
         def value(t: int) -> tuple[object, int]:
             """(value for scalars else None, bytes read)."""
-            if t in _GGUF_SCALARS:
-                fmt = e + _GGUF_SCALARS[t]
-                return struct.unpack(fmt, r.read(struct.calcsize(fmt)))[0], struct.calcsize(fmt)
-            if t == 8:
+            if t in _SCALARS:
+                dt = _SCALARS[t].newbyteorder(e)
+                return np.frombuffer(r.read(dt.itemsize), dt)[0].item(), dt.itemsize
+            if t == GGUFValueType.STRING:
                 (n,) = u64.unpack(r.read(8))
                 r.read(n)
                 return None, 8 + n
-            if t == 9:
+            if t == GGUFValueType.ARRAY:
                 (et,) = u32.unpack(r.read(4))
                 (count,) = u64.unpack(r.read(8))
-                if et in _GGUF_SCALARS:
-                    size = count * struct.calcsize(_GGUF_SCALARS[et])
+                if et in _SCALARS:
+                    size = count * _SCALARS[et].itemsize
                     r.read(size)
                     return None, 12 + size
                 return None, 12 + sum(value(et)[1] for _ in range(count))

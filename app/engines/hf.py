@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from app.core.errors import EngineError
-from app.engines.base import TokenizerMixin
+from app.engines.base import EngineBase
 from app.engines.cache import ProgressFn, prepare, route_progress_bars
-from app.engines.registry import EngineManifest
+from app.engines.manifest import EngineManifest
 
-__all__ = ["HFEngine", "HFDecodeState", "resolve_device", "resolve_dtype", "load_tokenizer"]
+__all__ = ["HFEngine", "HFDecodeState", "resolve_device", "resolve_dtype", "load_tokenizer", "tokenizer_only"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,6 +48,12 @@ def load_tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
+
+
+def tokenizer_only(manifest: EngineManifest, progress: ProgressFn, lookup=None):
+    """The engine's tokenizer without loading its weights: its folder's (a GGUF is converted into the cache first,
+    once, as loading it would)."""
+    return load_tokenizer(prepare(manifest, progress))
 
 
 def _repair_hint(m: EngineManifest, file: Path | None = None) -> str:
@@ -283,7 +289,7 @@ class HFDecodeState:
             self._len = length
 
 
-class HFEngine(TokenizerMixin):
+class HFEngine(EngineBase):
     """A transformers causal LM plus its tokenizer, loaded from a manifest (converting GGUF once).
 
     Args:
@@ -359,6 +365,8 @@ class HFEngine(TokenizerMixin):
             self.packed_linears = pack_linears(self.model)  # what int8 left in fp32 (or the whole model)
         self.load_s = time.perf_counter() - t0
         self._final_norm = getattr(self.model.get_decoder(), "norm", None) if hasattr(self.model, "get_decoder") else None
+        # decode states can return the final normed hidden states (the output layer's input): ReDrafter heads
+        self.supports_hidden = self._final_norm is not None
         progress(f"load {self.name}", 1, 1, "")
         eos = self.model.generation_config.eos_token_id
         if eos is None:
@@ -370,11 +378,6 @@ class HFEngine(TokenizerMixin):
 
     def new_state(self) -> HFDecodeState:
         return HFDecodeState(self)
-
-    @property
-    def supports_hidden(self) -> bool:
-        """Decode states can return the final normed hidden states (the output layer's input): ReDrafter heads."""
-        return self._final_norm is not None
 
     @property
     def input_embeddings(self) -> torch.Tensor:

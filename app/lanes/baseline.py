@@ -20,8 +20,8 @@ def build(setup: Baseline, env):
     from app.speculative.loop import LoopRunner
 
     target = env.target()
-    if getattr(target, "backend", None) == "openai":  # a served target: the server decodes (app.speculative.remote)
-        from app.speculative.remote import RemoteRunner
+    if getattr(target, "backend", None) == "openai":  # a served target: the server decodes (app.runners.openai_stream)
+        from app.runners.openai_stream import RemoteRunner
 
         return RemoteRunner(target)
     return LoopRunner(target)

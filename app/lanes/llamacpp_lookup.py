@@ -1,4 +1,4 @@
-"""`llamacpp-lookup[:k=N,n=M]`: llama-cpp-python's own prompt-lookup decoding on a llama.cpp target (reference)."""
+"""`llamacpp-lookup[:k=N,n=M]`: llama-cpp-python's own prompt-lookup decoding on a llama.cpp target (a library lane: tokens only)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ class LlamaCppLookup(SetupBase):
 
 
 def build(setup: LlamaCppLookup, env):
-    from app.speculative.llamacpp_lookup import LlamaLookupRunner
+    from app.runners.llamacpp_lookup import LlamaLookupRunner
 
     return LlamaLookupRunner(env.target(), k=setup.k, n=setup.n)
 
 
-KIND = register(SetupKind(LlamaCppLookup, "llamacpp-lookup", "reference: llama-cpp-python's prompt lookup decoding (tokens only; llama.cpp target)",
-                          build, reference=True))
+KIND = register(SetupKind(LlamaCppLookup, "llamacpp-lookup", "library lane: llama-cpp-python's prompt lookup decoding (tokens only; llama.cpp target)",
+                          build, library=True))

@@ -46,8 +46,8 @@ def build(setup: ReDrafter, env):
     if m.target_weights and weights and Path(m.target_weights).name != weights:
         raise SetupError(f"ReDrafter head {m.name} was trained on other weights of {target.name} ({Path(m.target_weights).name}, "
                          f"loaded: {weights})", fix=f"train it again for these weights: {train} --name {m.name} --fresh")
-    if not getattr(target, "supports_hidden", False) or not getattr(target, "supports_tree", False):
-        raise SetupError(f"{target.name} ({getattr(target, 'backend', '?')}) cannot give its hidden states or verify a tree",
+    if not target.supports_hidden or not target.supports_tree:
+        raise SetupError(f"{target.name} ({target.backend}) cannot give its hidden states or verify a tree",
                          fix="ReDrafter lanes run on hf (PyTorch) targets")
     embed = target.input_embeddings.detach()
     if head.cfg.hidden != embed.shape[1] or head.cfg.target_vocab != target.vocab_size:

@@ -1,5 +1,5 @@
 """`remote:<engine>`: a target served by llama-server, vLLM, SGLang or trtllm-serve (backend = "openai"), with the
-server's own speculative config; its lanes stream over HTTP (app.speculative.remote)."""
+server's own speculative config; its lanes stream over HTTP (app.runners.openai_stream)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Remote(SetupBase):
 
 
 def build(setup: Remote, env):
-    from app.speculative.remote import RemoteRunner
+    from app.runners.openai_stream import RemoteRunner
 
     return RemoteRunner(env.engine(setup.engine))
 

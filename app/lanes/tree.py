@@ -53,8 +53,8 @@ def build(setup: TreeDraft, env):
     target = env.target()
     draft = env.draft(setup.engine, setup.dtype)
     for role, e in (("target", target), ("draft", draft)):
-        if not getattr(e, "supports_tree", False):
-            raise SetupError(f"{setup.label}: the {role} {e.name} ({getattr(e, 'backend', '?')}) cannot verify a token tree in one forward yet",
+        if not e.supports_tree:
+            raise SetupError(f"{setup.label}: the {role} {e.name} ({e.backend}) cannot verify a token tree in one forward yet",
                              fix="tree lanes run on hf (PyTorch) and llamacpp engines: pick such a target and draft, or use draft:… for a chain")
     shape = parse_shape(setup.shape) if setup.shape else None
     return LoopRunner(target, TreeDrafter(draft, shape, setup.nodes, setup.depth, setup.branch), costs=env.lane_costs(target))

@@ -20,7 +20,7 @@ class TRTLLM(SetupBase):
 
 
 def build(setup: TRTLLM, env):
-    from app.speculative.trtllm import runner_for
+    from app.runners.trtllm_generate import runner_for
 
     return runner_for(env.engine(setup.engine))
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from app.core.costs import PROFILE_NS, CostProfile, load_profile, machine_key, machine_summary, save_profile
+from app.core.cpuwait import CpuWait
 
 __all__ = ["PROFILE_TEXT", "profile_key_parts", "profile_key", "profilable", "measure_profile", "smooth", "isotonic", "cached_or_measure"]
 
@@ -27,7 +28,9 @@ ProgressFn = Callable[[str, float, float, str], None]
 
 def profilable(engine) -> bool:
     """True for engines with step-by-step decode states (our loop runs on them): hf, llamacpp."""
-    return callable(getattr(engine, "new_state", None))
+    from app.engines.base import StepEngine
+
+    return isinstance(engine, StepEngine)
 
 
 def profile_key_parts(engine) -> dict[str, str]:
@@ -41,8 +44,8 @@ def profile_key_parts(engine) -> dict[str, str]:
             weights = weights_key(m)
         except Exception:  # a source that cannot be stat'ed: key on the name only
             weights = "?"
-    return dict(engine=str(engine.name), backend=str(getattr(engine, "backend", "?")), precision=str(getattr(engine, "dtype", "?")),
-                device=str(getattr(engine, "device", "cpu")), weights=weights, machine=machine_key())
+    return dict(engine=str(engine.name), backend=str(engine.backend), precision=str(engine.dtype), device=str(engine.device), weights=weights,
+                machine=machine_key())
 
 
 def profile_key(engine) -> str:
@@ -76,21 +79,22 @@ def measure_profile(
         The CostProfile (not yet cached: see :func:`cached_or_measure`).
     """
     if not profilable(engine):
-        raise TypeError(f"engine {getattr(engine, 'name', '?')} has no step-by-step decode states to profile")
+        raise TypeError(f"engine {engine.name} has no step-by-step decode states to profile")
     progress = progress or (lambda *a: None)
     ns = sorted(set(int(n) for n in ns))
-    limit = getattr(engine, "context_length", None)
+    limit = engine.context_length
     if isinstance(limit, int) and limit > 0:
         context_tokens = max(1, min(context_tokens, limit - ns[-1] - 1))
     text_ids = engine.encode_prompt(PROFILE_TEXT, chat=False)
     ids = (text_ids * (1 + (context_tokens + ns[-1]) // max(1, len(text_ids))))[: context_tokens + ns[-1]]
     ctx, cont = ids[:context_tokens], ids[context_tokens:]
-    sync = getattr(engine, "sync", lambda: None)
+    sync = engine.sync
+    waits = CpuWait()
     state = engine.new_state()
     state.forward(ctx, last_only=True)
     base = state.length
     times: dict[int, list[float]] = {n: [] for n in ns}
-    task = f"profile {engine.name} ({getattr(engine, 'dtype', '?')}): one forward over 1…{ns[-1]} tokens"
+    task = f"profile {engine.name} ({engine.dtype}): one forward over 1…{ns[-1]} tokens"
     n_rounds = 1 + (reps if reps is not None else 3)
     done = 0
     r = 0
@@ -114,6 +118,8 @@ def measure_profile(
             progress(task, done, total, "forwards")
         r += 1
     p = profile_key_parts(engine)
+    wall = time.perf_counter() - t_start
+    waited = waits.read()
     return CostProfile(
         engine=p["engine"], backend=p["backend"], precision=p["precision"], device=p["device"], weights=p["weights"], machine=p["machine"],
         ns=tuple(ns),
@@ -122,8 +128,19 @@ def measure_profile(
         reps=n_rounds - 1,
         machine_text=machine_summary(),
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        measure_s=round(time.perf_counter() - t_start, 2),
+        measure_s=round(wall, 2),
+        cpu_wait_share=round(waited / wall, 4) if waited is not None and wall > 0 else None,
+        spread=round(max(_spread(times[n]) for n in ns), 4),
     )
+
+
+def _spread(xs: Sequence[float]) -> float:
+    """Interquartile range over median of one n's rounds (0 for fewer than 4)."""
+    if len(xs) < 4:
+        return 0.0
+    q = statistics.quantiles(xs, n=4)
+    med = statistics.median(xs)
+    return (q[2] - q[0]) / med if med > 0 else 0.0
 
 
 def smooth(medians: Sequence[float], ns: Sequence[int], narrow: int = 8) -> tuple[float, ...]:
@@ -156,11 +173,18 @@ def isotonic(xs: Sequence[float]) -> tuple[float, ...]:
 
 
 def cached_or_measure(engine, *, force: bool = False, progress: ProgressFn | None = None, **kw) -> tuple[CostProfile, bool]:
-    """The engine's profile from the cache, or measured now (and cached). Returns (profile, measured_now)."""
+    """The engine's profile from the cache, or measured now (and cached). Returns (profile, measured_now).
+
+    A measurement made under contention (CostProfile.contended: other processes took the CPU, or the rounds
+    disagree) is taken again once; if the second is contended too it is returned for this run but not cached, so a
+    busy moment never becomes this machine's cost curve."""
     if not force:
         p = load_profile(profile_key(engine))
-        if p is not None:
+        if p is not None and not p.contended:
             return p, False
     p = measure_profile(engine, progress=progress, **kw)
-    save_profile(p)
+    if p.contended:
+        p = measure_profile(engine, progress=progress, **kw)
+    if not p.contended:
+        save_profile(p)
     return p, True

@@ -54,7 +54,16 @@ class Proposal:
 
 
 class Drafter(Protocol):
+    """Proposes drafts for the loop (app.speculative.loop) and hears how many were accepted.
+
+    Attributes:
+        k: the most tokens it drafts a step.
+        wants_hidden: it needs the target's hidden state at the last accepted position (`DraftContext.hidden`):
+            the loop then asks the target for it (ReDrafter heads); False for every other drafter.
+    """
+
     k: int
+    wants_hidden: bool
 
     def start(self, prompt_ids: list[int]) -> None: ...
 
@@ -67,6 +76,7 @@ class NoDrafter:
     """The baseline: nothing drafted, one target token per step."""
 
     k = 0
+    wants_hidden = False
 
     def start(self, prompt_ids: list[int]) -> None:
         pass
@@ -87,6 +97,8 @@ class NGramDrafter:
     on this target: acceptance is estimated per match length m and position, learnt from what the target emitted
     after every lookup — also where nothing was proposed, so a lane that stopped drafting keeps learning.
     """
+
+    wants_hidden = False
 
     def __init__(self, n: int = 3, k: int = 8, auto: AutoK | None = None) -> None:
         self.n, self.k = n, k
@@ -177,6 +189,8 @@ class DraftModelDrafter:
     With `auto` (k=auto) the cost-aware policy decides, token by token, whether drafting one more can pay on this
     target (app.speculative.policy), from the draft's probabilities calibrated against what the target kept.
     """
+
+    wants_hidden = False
 
     def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0,
                  auto: AutoK | None = None) -> None:

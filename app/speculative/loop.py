@@ -1,4 +1,4 @@
-"""The speculative decoding loop: a generator yielding one StepEvent per step, then RunDone(stats).
+"""The speculative decoding loop: a generator yielding one StepEvent per step, then LaneDone(stats).
 
 Each step: the drafter proposes k ≤ budget−1 tokens; the target runs one forward over
 [pending tokens, d_1 … d_k] and the verifier keeps a_t of them plus one target token (correction or bonus);
@@ -15,22 +15,23 @@ skewed by prompt length. `wall_s` is the whole generation, prefill included (Spe
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-from app.core.accounting import LaneRecorder, drive
+from app.core.accounting import LaneRecorder, StepFacts
 from app.core.costs import LaneCosts
 from app.core.errors import SetupError
-from app.core.events import RunDone, StepEvent, TreeStep
+from app.core.events import StepEvent, TreeStep
 from app.core.setups import Sampling
+from app.engines.base import StepEngine
 from app.speculative.drafters import DraftContext, Drafter, NoDrafter
 from app.speculative.policy import StepTiming
 from app.speculative.tree import DraftTree, chain_parents, verify_tree_greedy, verify_tree_sampling
 from app.speculative.verifier import verify_greedy, verify_sampling, warp
 
-__all__ = ["LoopRunner", "run_lane", "make_generator"]
+__all__ = ["LoopRunner", "make_generator"]
 
 
 def make_generator(seed: int) -> torch.Generator:
@@ -49,12 +50,14 @@ class LoopRunner:
             for the predicted theory; None when there is no profile.
     """
 
-    def __init__(self, target, drafter: Drafter | None = None, costs: LaneCosts | None = None) -> None:
-        if not callable(getattr(target, "new_state", None)):
-            name, backend = getattr(target, "name", "?"), getattr(target, "backend", "?")
-            raise SetupError(f"{name} ({backend}) decodes inside its own library or server: our loop cannot verify drafts on it",
-                             fix=f"on {name} run baseline@{name} or {'remote' if backend == 'openai' else backend}:{name}; "
-                                 "draft:/ngram lanes need an hf or llamacpp target")
+    def __init__(self, target: StepEngine, drafter: Drafter | None = None, costs: LaneCosts | None = None) -> None:
+        if not isinstance(target, StepEngine):
+            from app.core.setups import kinds
+
+            own = [f"{k.prefix}:{target.name}" for k in kinds() if k.engine and k.engine.backends and target.backend in k.engine.backends]
+            raise SetupError(f"{target.name} ({target.backend}) decodes inside its own library or server: our loop cannot verify drafts on it",
+                             fix=f"on {target.name} run baseline@{target.name}" + (f" or {' or '.join(own)}" if own else "")
+                             + "; draft:/ngram lanes need an hf or llamacpp target")
         self.engine = target
         self.drafter = drafter or NoDrafter()
         self.costs = costs
@@ -62,22 +65,18 @@ class LoopRunner:
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
         if not prompt_ids:
             raise ValueError("empty prompt")
-        target, drafter, clock = self.engine, self.drafter, rec.clock
+        target, drafter = self.engine, self.drafter
         rec.costs = self.costs
         sampling = sampling.validated()
-        greedy = sampling.greedy
         gen = make_generator(sampling.seed)
-        eos = target.eos_ids
-        sync = getattr(target, "sync", lambda: None)
         seq = list(prompt_ids)
-        tstate = target.new_state()
+        tstate: Any = target.new_state()  # hf states also hold `hidden` (capture_hidden)
         pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
         last: StepTiming | None = None  # the previous decode step's times (cost-aware drafters)
-        wants_hidden = bool(getattr(drafter, "wants_hidden", False))
         hidden = None  # the target's hidden state that produced the last token (drafters that want it)
-        if wants_hidden:
-            if not getattr(target, "supports_hidden", False):
-                raise SetupError(f"{target.name} ({getattr(target, 'backend', '?')}) does not expose its hidden states, which this drafter needs",
+        if drafter.wants_hidden:
+            if not target.supports_hidden:
+                raise SetupError(f"{target.name} ({target.backend}) does not expose its hidden states, which this drafter needs",
                                  fix="run ReDrafter lanes on an hf (PyTorch) target")
             tstate.capture_hidden = True
         while not rec.done:
@@ -87,61 +86,14 @@ class LoopRunner:
             t0 = rec.begin_step()
             if rec.steps == 0:
                 drafter.start(list(prompt_ids))
-            remaining = rec.remaining
-            ctx = DraftContext(seq, remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, eos, last, hidden)
+            ctx = DraftContext(seq, rec.remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, target.eos_ids, last, hidden)
             prop = drafter.propose(ctx)
             if prop.parents is not None and prop.ids and prop.parents != chain_parents(len(prop.ids)):
-                ev, row = self._tree_step(rec, tstate, pending, prop, sampling, gen, t0, sync)
-                if wants_hidden:
-                    hidden = tstate.hidden[row]
-                last = StepTiming(len(prop.ids) + 1, ev.t_verify_s, ev.t_draft_s, prop.forwards, ev.t_wall_s, len(ev.emitted_ids)) if ev.step > 0 else None
-                seq.extend(ev.emitted_ids)
-                if ev.emitted_ids:
-                    pending = [ev.emitted_ids[-1]]
-                yield ev
-                continue
-            drafted = prop.ids[: max(0, remaining - 1)]
-            k = len(drafted)
-            sync()
-            t1 = clock()
-            base_len = tstate.length
-            logits = tstate.forward([*pending, *drafted], keep=k + 1)  # [k + 1, V]
-            if greedy:
-                verdict = verify_greedy(logits, drafted)
-                probs = logits.softmax(-1)
+                ev, row, k = *self._tree_step(rec, tstate, pending, prop, sampling, gen, t0), len(prop.ids)
             else:
-                probs = warp(logits.cpu(), sampling.temperature, sampling.top_k, sampling.top_p)  # [k + 1, V]
-                q = prop.q[:k].cpu() if prop.q is not None else None
-                verdict = verify_sampling(probs, q, drafted, gen)
-            a = verdict.accepted
-            tstate.crop(base_len + len(pending) + a)
-            if wants_hidden:
-                hidden = tstate.hidden[a]  # the row after the accepted drafts: it produced the target token
-            sync()
-            t2 = clock()
-            drafter.feedback(k, a)
-
-            def t_probs(a_final: int, target_id: int | None, probs=probs, drafted=drafted, k=k) -> list[float]:
-                # p(accepted drafts), p(first rejected draft), p(target token): one gather
-                rows = list(range(min(k, a_final + 1)))
-                cols = drafted[: len(rows)]
-                if target_id is not None:
-                    rows.append(a_final)
-                    cols.append(target_id)
-                return probs[rows, cols].tolist() if rows else []
-
-            ev = rec.step(
-                [*drafted[:a], verdict.target_id],
-                accepted=a,
-                drafted_ids=drafted,
-                t_draft_s=t1 - t0,
-                t_verify_s=t2 - t1,
-                t_start=t0,
-                draft_forwards=prop.forwards,
-                draft_probs=prop.q_drafted[:k] if prop.q_drafted else None,
-                target_probs=t_probs,
-                why=prop.why,
-            )
+                ev, row, k = self._chain_step(rec, tstate, pending, prop, sampling, gen, t0)
+            if drafter.wants_hidden:
+                hidden = tstate.hidden[row]
             if ev.step > 0:
                 last = StepTiming(k + 1, ev.t_verify_s, ev.t_draft_s, prop.forwards, ev.t_wall_s, len(ev.emitted_ids))
             seq.extend(ev.emitted_ids)
@@ -149,13 +101,59 @@ class LoopRunner:
                 pending = [ev.emitted_ids[-1]]
             yield ev
 
-    def _tree_step(self, rec: LaneRecorder, tstate, pending: list[int], prop, sampling: Sampling, gen, t0: float, sync) -> tuple[StepEvent, int]:
+    def _chain_step(self, rec: LaneRecorder, tstate, pending: list[int], prop, sampling: Sampling, gen, t0: float) -> tuple[StepEvent, int, int]:
+        """One step verifying a chain of drafts: one target forward over [pending, d_1 … d_k], the verifier's verdict,
+        the cache cropped past the rejected drafts. Returns the event, the logits row that produced the target token
+        (after the kept drafts) and k."""
+        drafted = prop.ids[: max(0, rec.remaining - 1)]
+        k = len(drafted)
+        self.engine.sync()
+        t1 = rec.clock()
+        base_len = tstate.length
+        logits = tstate.forward([*pending, *drafted], keep=k + 1)  # [k + 1, V]
+        if sampling.greedy:
+            verdict = verify_greedy(logits, drafted)
+            probs = logits.softmax(-1)
+        else:
+            probs = warp(logits.cpu(), sampling.temperature, sampling.top_k, sampling.top_p)  # [k + 1, V]
+            q = prop.q[:k].cpu() if prop.q is not None else None
+            verdict = verify_sampling(probs, q, drafted, gen)
+        a = verdict.accepted
+        tstate.crop(base_len + len(pending) + a)
+        self.engine.sync()
+        t2 = rec.clock()
+        self.drafter.feedback(k, a)
+
+        def t_probs(a_final: int, target_id: int | None) -> list[float]:
+            # p(accepted drafts), p(first rejected draft), p(target token): one gather
+            rows = list(range(min(k, a_final + 1)))
+            cols = drafted[: len(rows)]
+            if target_id is not None:
+                rows.append(a_final)
+                cols.append(target_id)
+            return probs[rows, cols].tolist() if rows else []
+
+        ev = rec.step(StepFacts(
+            [*drafted[:a], verdict.target_id],
+            accepted=a,
+            drafted_ids=drafted,
+            t_draft_s=t1 - t0,
+            t_verify_s=t2 - t1,
+            t_start=t0,
+            draft_forwards=prop.forwards,
+            draft_probs=prop.q_drafted[:k] if prop.q_drafted else None,
+            target_probs=t_probs,
+            why=prop.why,
+        ))
+        return ev, a, k
+
+    def _tree_step(self, rec: LaneRecorder, tstate, pending: list[int], prop, sampling: Sampling, gen, t0: float) -> tuple[StepEvent, int]:
         """One step verifying a token tree: one target forward over every node (tree attention), the accepted path
         kept in the cache, the rest dropped (app.speculative.tree). Returns the event and the logits row (0: the
         root, 1 + node) that produced the target token."""
         tree = DraftTree(prop.ids, prop.parents, prop.q, prop.q_drafted)
         n, lp = len(tree), len(pending)
-        sync()
+        self.engine.sync()
         t1 = rec.clock()
         base_len = tstate.length
         slot = base_len + lp  # the first node's cache slot; a node's parent is the root (the last pending token) or a node
@@ -169,7 +167,7 @@ class LoopRunner:
             verdict = verify_tree_sampling(probs, tree, gen)
         path = list(verdict.path)
         tstate.select([*range(slot), *(slot + j for j in path)])
-        sync()
+        self.engine.sync()
         t2 = rec.clock()
         a = len(path)
         self.drafter.feedback(n, a)
@@ -184,7 +182,7 @@ class LoopRunner:
                 out.append(float(probs[rows[a_final], target_id]))
             return out
 
-        ev = rec.step(
+        ev = rec.step(StepFacts(
             [*(tree.ids[j] for j in path), verdict.target_id],
             accepted=a,
             drafted_ids=[tree.ids[j] for j in line],
@@ -198,37 +196,5 @@ class LoopRunner:
             target_probs=t_probs,
             why=prop.why,
             tree=TreeStep(tuple(tree.ids), tuple(tree.parents), tuple(path)),
-        )
+        ))
         return ev, (path[-1] + 1 if path else 0)
-
-
-def run_lane(
-    target,
-    drafter: Drafter | None,
-    prompt_ids: list[int],
-    sampling: Sampling,
-    *,
-    lane_id: str = "lane",
-    setup: str = "baseline",
-    prompt_id: str = "prompt",
-    repeat: int = 0,
-    cancelled: Callable[[], bool] = lambda: False,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Iterator[StepEvent | RunDone]:
-    """Decode one prompt with one setup (our loop, recorded by the shared accounting).
-
-    Args:
-        target: an Engine (the model whose distribution is preserved).
-        drafter: the setup's drafter; None for the baseline.
-        prompt_ids: the prompt, already tokenized (chat template applied).
-        sampling: temperature/top-k/top-p/seed/max_new_tokens (temperature 0 = greedy).
-        cancelled: polled between steps; True ends the lane with RunDone(cancelled=True).
-
-    Yields:
-        StepEvent per step, then one RunDone whose `stats` is a LaneStats.
-    """
-    if not prompt_ids:
-        raise ValueError("empty prompt")
-    sampling = sampling.validated()
-    rec = LaneRecorder(lane_id, setup, prompt_id, repeat, sampling.max_new_tokens, target.eos_ids, target.detokenizer(prompt_ids), clock)
-    yield from drive(LoopRunner(target, drafter), rec, prompt_ids, sampling, cancelled)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 
 from app.core.errors import SetupError
+from app.core.paths import cache_root
 from app.speculative.drafters import DraftContext, Proposal
 from app.speculative.tree import DraftTree
 
@@ -43,8 +45,22 @@ def heads_dir() -> Path:
     """Where trained heads live: $SPECDECK_HEADS, else $XDG_CACHE_HOME/specdeck/heads."""
     if os.environ.get("SPECDECK_HEADS"):
         return Path(os.environ["SPECDECK_HEADS"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specdeck" / "heads"
+    return cache_root() / "heads"
+
+
+HEAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def head_folder(name: str) -> Path:
+    """The folder of the head called `name`: always a direct child of :func:`heads_dir` (what `--fresh` may delete).
+
+    Raises:
+        SetupError: a name that is not a plain name (a path, `..`, a separator, a leading dot, other characters).
+    """
+    if not HEAD_NAME.fullmatch(name) or ".." in name:
+        raise SetupError(f"head name {name!r} is not a plain name: it names a folder inside {heads_dir()}, never a path",
+                         fix="use letters, digits, '.', '_' and '-' (at most 100, not starting with '.'), e.g. --name my-head")
+    return heads_dir() / name
 
 
 @dataclass

@@ -227,82 +227,99 @@ def gather(engine, work: Path, deadline: float, corpus: list[str], seed: int, sa
     specbench-mini prompts (a fifth of the time at most); then training data: the target's generations for the
     other suite prompts and for task prompts made from the corpus (:func:`_task_prompts`), GEN_BATCH at a time, for
     GEN_SHARE of the time, in turn with corpus windows (teacher forcing). Resumes from what `work/data.json` says is
-    done."""
-    work.mkdir(parents=True, exist_ok=True)
-    state_f = work / "data.json"
-    state: dict[str, Any] = (json.loads(state_f.read_text()) if state_f.is_file()
-                             else {"done": [], "positions": 0, "heldout": 0, "chunks": 0, "generated_s": 0.0})
-    state.setdefault("generated", 0)
-    done = set(state["done"])
-    rng = random.Random(seed)
-    files = _corpus_files(corpus)
-    heldout = _suite_prompts("specbench-mini")
-    train_prompts = [p for p in _suite_prompts("specbench") if p not in set(heldout)] + _task_prompts(files, rng, 1500)
-    rng.shuffle(files)
-    buf: list[dict] = []
-    t0 = time.monotonic()
+    done; an interrupted gathering (Ctrl-C) writes what it had before it stops, so the next run continues from it."""
+    g = _Gatherer(engine, work, corpus, seed, say)
+    try:
+        g.held_out(deadline)
+        g.training_data(deadline)
+    finally:
+        g.flush()
+    g.progress(force=True)
 
-    def flush() -> None:
-        if buf:
-            torch.save(list(buf), work / f"features-{state['chunks']:04d}.pt")
-            state["chunks"] += 1
-            buf.clear()
-        state["done"] = sorted(done)
-        state_f.write_text(json.dumps(state))
 
-    def add(feats: list[dict], held: bool) -> None:
+class _Gatherer:
+    """One gathering's state: what is done (`work/data.json`), the features not yet written, the sources left."""
+
+    def __init__(self, engine, work: Path, corpus: list[str], seed: int, say: _Say) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        self.engine, self.work, self.say = engine, work, say
+        self.state_f = work / "data.json"
+        self.state: dict[str, Any] = (json.loads(self.state_f.read_text()) if self.state_f.is_file()
+                                      else {"done": [], "positions": 0, "heldout": 0, "chunks": 0, "generated_s": 0.0})
+        self.state.setdefault("generated", 0)
+        self.done = set(self.state["done"])
+        rng = random.Random(seed)
+        self.files = _corpus_files(corpus)
+        self.heldout = _suite_prompts("specbench-mini")
+        self.train_prompts = [p for p in _suite_prompts("specbench") if p not in set(self.heldout)] + _task_prompts(self.files, rng, 1500)
+        rng.shuffle(self.files)
+        self.buf: list[dict] = []
+        self.t0 = time.monotonic()
+
+    def flush(self) -> None:
+        """Write the features gathered so far and what is done."""
+        if self.buf:
+            torch.save(list(self.buf), self.work / f"features-{self.state['chunks']:04d}.pt")
+            self.state["chunks"] += 1
+            self.buf.clear()
+        self.state["done"] = sorted(self.done)
+        self.state_f.write_text(json.dumps(self.state))
+
+    def add(self, feats: list[dict], held: bool) -> None:
         for f in feats:
             f["heldout"] = held
-            buf.append(f)
-            state["positions"] += len(f["ids"])
-            state["heldout"] += len(f["ids"]) if held else 0
-        if sum(len(b["ids"]) for b in buf) >= 16384:
-            flush()
+            self.buf.append(f)
+            self.state["positions"] += len(f["ids"])
+            self.state["heldout"] += len(f["ids"]) if held else 0
+        if sum(len(b["ids"]) for b in self.buf) >= 16384:
+            self.flush()
 
-    def progress(force: bool = False) -> None:
-        say(f"data: {state['positions']:,} positions ({state['heldout']:,} held out; {state['generated']:,} tokens generated "
-            f"by the target), {len(done)} sources, {time.monotonic() - t0:.0f} s", force)
+    def progress(self, force: bool = False) -> None:
+        st = self.state
+        self.say(f"data: {st['positions']:,} positions ({st['heldout']:,} held out; {st['generated']:,} tokens generated "
+                 f"by the target), {len(self.done)} sources, {time.monotonic() - self.t0:.0f} s", force)
 
-    def generate(keys: list[str], prompts: list[str], held: bool, until: float) -> None:
+    def generate(self, part: list[tuple[str, str]], held: bool, until: float) -> None:
         t = time.monotonic()
-        p_ids = [engine.encode_prompt(p) for p in prompts]
-        feats = _generate_batch(engine, p_ids, GEN_TOKENS, until)
-        state["generated"] += sum(len(f["ids"]) - len(p) + 1 for f, p in zip(feats, p_ids, strict=True))
-        add(feats, held)
-        done.update(keys)
-        state["generated_s"] += time.monotonic() - t
-        progress()
+        p_ids = [self.engine.encode_prompt(p) for _, p in part]
+        feats = _generate_batch(self.engine, p_ids, GEN_TOKENS, until)
+        self.state["generated"] += sum(len(f["ids"]) - len(p) + 1 for f, p in zip(feats, p_ids, strict=True))
+        self.add(feats, held)
+        self.done.update(k for k, _ in part)
+        self.state["generated_s"] += time.monotonic() - t
+        self.progress()
 
-    def pending(prefix: str, prompts: list[str]) -> list[tuple[str, str]]:
-        return [(f"{prefix}:{i}", p) for i, p in enumerate(prompts) if f"{prefix}:{i}" not in done]
+    def pending(self, prefix: str, prompts: list[str]) -> list[tuple[str, str]]:
+        return [(f"{prefix}:{i}", p) for i, p in enumerate(prompts) if f"{prefix}:{i}" not in self.done]
 
-    # the held-out set
-    span = max(1.0, deadline - t0)
-    todo = pending("held", heldout)
-    while todo and time.monotonic() - t0 < span / 5 and time.monotonic() < deadline:
-        part, todo = todo[:GEN_BATCH], todo[GEN_BATCH:]
-        generate([k for k, _ in part], [p for _, p in part], True, min(deadline, t0 + span / 5))
-    # training data: generations (GEN_SHARE of the time) in turn with corpus windows
-    windows: list[list[int]] = []
-    todo = pending("gen", train_prompts)
-    files = [f for f in files if f"file:{f}" not in done]
-    while time.monotonic() < deadline and (todo or files or len(windows) >= BATCH):
-        spent = time.monotonic() - t0
-        if todo and (state["generated_s"] < spent * GEN_SHARE or not (files or len(windows) >= BATCH)):
+    def held_out(self, deadline: float) -> None:
+        """The held-out generations, a fifth of the time at most."""
+        until = min(deadline, self.t0 + max(1.0, deadline - self.t0) / 5)
+        todo = self.pending("held", self.heldout)
+        while todo and time.monotonic() < until:
             part, todo = todo[:GEN_BATCH], todo[GEN_BATCH:]
-            generate([k for k, _ in part], [p for _, p in part], False, deadline)
-            continue
-        while len(windows) < BATCH and files:
-            f = files.pop(0)
-            ids = engine.tokenizer(_read(f), add_special_tokens=False)["input_ids"][: WINDOW * 8]
-            windows += [ids[j : j + WINDOW] for j in range(0, len(ids) - WINDOW + 1, WINDOW)]
-            done.add(f"file:{f}")
-        if len(windows) >= BATCH:
-            add(_features(engine, windows[:BATCH]), False)
-            del windows[:BATCH]
-            progress()
-    flush()
-    progress(force=True)
+            self.generate(part, True, until)
+
+    def training_data(self, deadline: float) -> None:
+        """Generations (GEN_SHARE of the time) in turn with corpus windows, until the deadline."""
+        windows: list[list[int]] = []
+        todo = self.pending("gen", self.train_prompts)
+        files = [f for f in self.files if f"file:{f}" not in self.done]
+        while time.monotonic() < deadline and (todo or files or len(windows) >= BATCH):
+            spent = time.monotonic() - self.t0
+            if todo and (self.state["generated_s"] < spent * GEN_SHARE or not (files or len(windows) >= BATCH)):
+                part, todo = todo[:GEN_BATCH], todo[GEN_BATCH:]
+                self.generate(part, False, deadline)
+                continue
+            while len(windows) < BATCH and files:
+                f = files.pop(0)
+                ids = self.engine.tokenizer(_read(f), add_special_tokens=False)["input_ids"][: WINDOW * 8]
+                windows += [ids[j : j + WINDOW] for j in range(0, len(ids) - WINDOW + 1, WINDOW)]
+                self.done.add(f"file:{f}")
+            if len(windows) >= BATCH:
+                self.add(_features(self.engine, windows[:BATCH]), False)
+                del windows[:BATCH]
+                self.progress()
 
 
 def load_features(work: Path) -> tuple[list[dict], list[dict]]:
@@ -402,109 +419,137 @@ def evaluate(head, embed: torch.Tensor, held: list[dict], depth: int, beams: int
 
 def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, depth: int, data_share: float, fresh: bool,
           seed: int, quiet: bool) -> dict:
-    """Gather data and train within `minutes`; save the head. Returns the head's training summary."""
-    from app.speculative.redrafter import HeadConfig, HeadManifest, ReDrafterHead, heads_dir, save_head
+    """Gather data and train within `minutes`; save the head. Returns the head's training summary.
 
-    if not getattr(engine, "supports_hidden", False):
+    An interrupt (Ctrl-C) while gathering keeps the data gathered; while training, the head and its checkpoint are
+    saved first. Either way the next run continues.
+    """
+    from app.speculative.redrafter import head_folder
+
+    if not engine.supports_hidden:
         raise SetupError(f"{engine.name}: ReDrafter heads need the target's hidden states (hf backend)", fix="train for an hf engine")
     say = _Say(quiet)
     torch.manual_seed(seed)
-    folder = heads_dir() / name
-    work = folder / "work"
+    folder = head_folder(name)  # a plain name: a direct child of the heads folder, the only thing --fresh deletes
     if fresh and folder.is_dir():
         import shutil
 
         shutil.rmtree(folder)
     t_start = time.monotonic()
     budget = minutes * 60.0
-    ckpt_f = work / "ckpt.pt"
+    ckpt_f = folder / "work" / "ckpt.pt"
     ckpt = torch.load(ckpt_f, weights_only=False) if ckpt_f.is_file() else None
     if ckpt is None:  # a fresh run gathers data first (an interrupted gathering continues)
-        gather(engine, work, t_start + budget * min(0.9, max(0.1, data_share)), corpus, seed, say)
-    train_data, held = load_features(work)
-    val, test = (held[1::2], held[0::2]) if len(held) > 1 else (held, held)  # choose the head on one half, report the other
-    if not train_data:
+        gather(engine, folder / "work", t_start + budget * min(0.9, max(0.1, data_share)), corpus, seed, say)
+    t = _Trainer(engine, name, folder, ckpt, vocab, depth, corpus, say)
+    if not t.train_data:
         raise SetupError(f"no training data was gathered for {name} in {minutes:g} minutes", fix="give more --minutes")
-    embed = engine.input_embeddings.detach()
-    H, V = embed.shape[1], engine.vocab_size
-    if ckpt is None:
-        vocab_ids = _choose_vocab(train_data, vocab, V, engine.eos_ids)
-        head = ReDrafterHead(HeadConfig(hidden=H, vocab=len(vocab_ids), target_vocab=V))
-        head.vocab_ids.copy_(vocab_ids)
-        with torch.no_grad():
-            head.out.weight.copy_(engine.output_rows(vocab_ids))
-        step, trained_s = 0, 0.0
-        best: dict[str, Any] = {"loss": math.inf, "step": 0, "state": None}
-    else:
-        head = ReDrafterHead(HeadConfig(**ckpt["config"]))
-        head.load_state_dict(ckpt["head"])
-        step, trained_s = ckpt["step"], ckpt["trained_s"]
-        best = ckpt.get("best") or {"loss": math.inf, "step": 0, "state": None}
-    t2d = torch.full((V,), -100, dtype=torch.long)
-    t2d[head.vocab_ids] = torch.arange(len(head.vocab_ids))
-    head.out.weight.requires_grad_(False)  # the target's own output rows: the head learns to speak its hidden space
-    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01)
-    if ckpt is not None:
-        opt.load_state_dict(ckpt["opt"])
-    ex = _examples(train_data, depth)
-    rng = random.Random(seed + step)
-    n_pos = sum(len(d["ids"]) for d in train_data)
-    say(f"train: {len(ex):,} examples from {n_pos:,} positions, head {sum(p.numel() for p in head.parameters()) / 1e6:.1f} M parameters "
-        f"({len(head.vocab_ids):,}-token vocabulary), depth {depth}", force=True)
-    deadline = t_start + budget
-    t_run = time.monotonic()
-    last_save = t_run
-    run_s = max(1.0, deadline - t_run)
-    ema = None
+    return t.run(t_start + budget, seed)
 
-    def check() -> None:  # validation: keep the best head so far
-        loss, top1 = validate(head, embed, val, t2d, depth)
-        if loss < best["loss"]:
-            best.update(loss=loss, step=step, state={k: v.detach().clone() for k, v in head.state_dict().items()})
-        say(f"validation at step {step}: loss {loss:.3f}, top-1 by depth {' '.join(f'{x:.2f}' for x in top1)} "
-            f"(best: step {best['step']}, loss {best['loss']:.3f})", force=True)
 
-    def save(final: bool = False) -> dict:
-        check()
+class _Trainer:
+    """One training run of a head: from a checkpoint or new, validated every minute, the best head kept."""
+
+    def __init__(self, engine, name: str, folder: Path, ckpt: dict | None, vocab: int, depth: int, corpus: list[str], say: _Say) -> None:
+        from app.speculative.redrafter import HeadConfig, ReDrafterHead
+
+        self.engine, self.name, self.folder, self.depth, self.corpus, self.say = engine, name, folder, depth, corpus, say
+        self.work = folder / "work"
+        self.train_data, self.held = load_features(self.work)
+        # choose the head on one half of the held-out data, report the other
+        self.val, self.test = (self.held[1::2], self.held[0::2]) if len(self.held) > 1 else (self.held, self.held)
+        self.embed = engine.input_embeddings.detach()
+        H, V = self.embed.shape[1], engine.vocab_size
+        if ckpt is None:
+            vocab_ids = _choose_vocab(self.train_data, vocab, V, engine.eos_ids) if self.train_data else torch.arange(min(vocab, V))
+            self.head = ReDrafterHead(HeadConfig(hidden=H, vocab=len(vocab_ids), target_vocab=V))
+            self.head.vocab_ids.copy_(vocab_ids)
+            with torch.no_grad():
+                self.head.out.weight.copy_(engine.output_rows(vocab_ids))
+            self.step, self.trained_s = 0, 0.0
+            self.best: dict[str, Any] = {"loss": math.inf, "step": 0, "state": None}
+        else:
+            self.head = ReDrafterHead(HeadConfig(**ckpt["config"]))
+            self.head.load_state_dict(ckpt["head"])
+            self.step, self.trained_s = ckpt["step"], ckpt["trained_s"]
+            self.best = ckpt.get("best") or {"loss": math.inf, "step": 0, "state": None}
+        self.t2d = torch.full((V,), -100, dtype=torch.long)
+        self.t2d[self.head.vocab_ids] = torch.arange(len(self.head.vocab_ids))
+        self.head.out.weight.requires_grad_(False)  # the target's own output rows: the head learns to speak its hidden space
+        self.opt = torch.optim.AdamW([p for p in self.head.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01)
+        if ckpt is not None:
+            self.opt.load_state_dict(ckpt["opt"])
+        self.n_pos = sum(len(d["ids"]) for d in self.train_data)
+        self.t_run = time.monotonic()
+
+    def run(self, deadline: float, seed: int) -> dict:
+        """Train until the deadline, saving every minute (and on an interrupt); returns the final summary."""
+        head = self.head
+        ex = _examples(self.train_data, self.depth)
+        rng = random.Random(seed + self.step)
+        self.say(f"train: {len(ex):,} examples from {self.n_pos:,} positions, head {sum(p.numel() for p in head.parameters()) / 1e6:.1f} M "
+                 f"parameters ({len(head.vocab_ids):,}-token vocabulary), depth {self.depth}", force=True)
+        self.t_run = last_save = time.monotonic()
+        run_s = max(1.0, deadline - self.t_run)
+        ema = None
+        head.train()
+        try:
+            while time.monotonic() < deadline:
+                frac = (time.monotonic() - self.t_run) / run_s
+                for grp in self.opt.param_groups:  # warm up, then decay to a tenth over this run's budget
+                    grp["lr"] = 1e-3 * min(1.0, (self.step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+                h, e, labels = _batch(self.train_data, rng.sample(ex, min(128, len(ex))), self.embed, self.t2d, self.depth)
+                h = h + torch.randn_like(h) * NOISE * h.pow(2).mean(-1, keepdim=True).sqrt()  # EAGLE's feature noise: generalise
+                loss, hits = _loss(head, h, e, labels)
+                self.opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_([p for p in head.parameters() if p.requires_grad], 1.0)
+                self.opt.step()
+                self.step += 1
+                ema = hits if ema is None else 0.95 * ema + 0.05 * hits
+                self.say(f"train: step {self.step}, loss {loss.item():.3f}, top-1 by depth {' '.join(f'{x:.2f}' for x in ema.tolist())}, "
+                         f"{deadline - time.monotonic():.0f} s left")
+                if time.monotonic() - last_save > 60:
+                    self.save()
+                    last_save = time.monotonic()
+        except KeyboardInterrupt:
+            self.save()
+            raise
+        return self.save(final=True)
+
+    def check(self) -> None:
+        """Validation: keep the best head so far."""
+        loss, top1 = validate(self.head, self.embed, self.val, self.t2d, self.depth)
+        if loss < self.best["loss"]:
+            self.best.update(loss=loss, step=self.step, state={k: v.detach().clone() for k, v in self.head.state_dict().items()})
+        self.say(f"validation at step {self.step}: loss {loss:.3f}, top-1 by depth {' '.join(f'{x:.2f}' for x in top1)} "
+                 f"(best: step {self.best['step']}, loss {self.best['loss']:.3f})", force=True)
+
+    def save(self, final: bool = False) -> dict:
+        """Write the checkpoint (head, optimiser, step) and the usable head: the best one validated."""
+        from app.speculative.redrafter import HeadManifest, save_head
+
+        head, best = self.head, self.best
+        self.check()
         current = {k: v.detach().clone() for k, v in head.state_dict().items()}
-        summary = {"minutes_trained": (trained_s + time.monotonic() - t_run) / 60, "steps": step, "train_positions": n_pos,
-                   "heldout_positions": sum(len(d["ids"]) for d in held), "depth": depth, "vocab": len(head.vocab_ids),
-                   "parameters": sum(p.numel() for p in head.parameters()), "data": "target generations (specbench minus specbench-mini prompts, "
-                   "coding/editing task prompts made from the corpus' functions) + Python stdlib windows" + (" + " + ", ".join(corpus) if corpus else ""),
+        trained_s = self.trained_s + time.monotonic() - self.t_run
+        summary = {"minutes_trained": trained_s / 60, "steps": self.step, "train_positions": self.n_pos,
+                   "heldout_positions": sum(len(d["ids"]) for d in self.held), "depth": self.depth, "vocab": len(head.vocab_ids),
+                   "parameters": sum(p.numel() for p in head.parameters()), "data": "target generations (specbench minus specbench-mini "
+                   "prompts, coding/editing task prompts made from the corpus' functions) + Python stdlib windows"
+                   + (" + " + ", ".join(self.corpus) if self.corpus else ""),
                    "best_step": best["step"], "validation_loss": best["loss"]}
-        torch.save({"config": vars(head.cfg), "head": current, "opt": opt.state_dict(), "step": step, "best": best,
-                    "trained_s": trained_s + time.monotonic() - t_run}, work / "ckpt.tmp")
-        os.replace(work / "ckpt.tmp", ckpt_f)
+        torch.save({"config": vars(head.cfg), "head": current, "opt": self.opt.state_dict(), "step": self.step, "best": best,
+                    "trained_s": trained_s}, self.work / "ckpt.tmp")
+        os.replace(self.work / "ckpt.tmp", self.work / "ckpt.pt")
         if best["state"] is not None:  # the usable head is the best one validated
             head.load_state_dict(best["state"])
-        if final and test:
+        if final and self.test:
             head.eval()
-            summary["heldout_acceptance"] = evaluate(head, embed, test, depth)
-        m = HeadManifest(name=name, kind="redrafter", target=engine.name, target_weights=Path(str(getattr(engine, "folder", ""))).name,
-                         config=vars(head.cfg), training=summary)
-        save_head(folder, head, m)
+            summary["heldout_acceptance"] = evaluate(head, self.embed, self.test, self.depth)
+        m = HeadManifest(name=self.name, kind="redrafter", target=self.engine.name,
+                         target_weights=Path(str(getattr(self.engine, "folder", ""))).name, config=vars(head.cfg), training=summary)
+        save_head(self.folder, head, m)
         head.load_state_dict(current)
         head.train()
         return summary
-
-    head.train()
-    while time.monotonic() < deadline:
-        frac = (time.monotonic() - t_run) / run_s
-        for grp in opt.param_groups:  # warm up, then decay to a tenth over this run's budget
-            grp["lr"] = 1e-3 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-        h, e, labels = _batch(train_data, rng.sample(ex, min(128, len(ex))), embed, t2d, depth)
-        h = h + torch.randn_like(h) * NOISE * h.pow(2).mean(-1, keepdim=True).sqrt()  # EAGLE's feature noise: generalise
-        loss, hits = _loss(head, h, e, labels)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in head.parameters() if p.requires_grad], 1.0)
-        opt.step()
-        step += 1
-        ema = hits if ema is None else 0.95 * ema + 0.05 * hits
-        say(f"train: step {step}, loss {loss.item():.3f}, top-1 by depth {' '.join(f'{x:.2f}' for x in ema.tolist())}, "
-            f"{deadline - time.monotonic():.0f} s left")
-        if time.monotonic() - last_save > 60:
-            save()
-            last_save = time.monotonic()
-    summary = save(final=True)
-    return summary

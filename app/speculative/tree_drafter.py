@@ -37,6 +37,8 @@ class TreeDrafter:
         nodes, depth, branch: the dynamic tree's node budget, depth and expansion width.
     """
 
+    wants_hidden = False
+
     def __init__(self, engine, shape: list[int] | None = None, nodes: int = 16, depth: int = 6, branch: int = 4) -> None:
         self.engine = engine
         self.shape = list(shape) if shape else None

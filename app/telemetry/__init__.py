@@ -1,6 +1,7 @@
 """GPU (NVML) and host (psutil) telemetry as timestamped, frozen samples. No Qt.
 
-Imports only the standard library, psutil, pynvml (lazily, tolerating its absence) and ``app.core``.
+Imports only the standard library, psutil, pynvml (lazily, tolerating its absence), prometheus_client (the
+exposition-text parser, for servers' and DCGM exporters' ``/metrics``) and ``app.core``.
 """
 
 from __future__ import annotations

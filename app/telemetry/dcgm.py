@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 
-from app.core.prometheus import MetricsError, parse_metrics
+from app.telemetry.prometheus import MetricsError, parse_metrics
 from app.telemetry.samples import GpuSample
 
 __all__ = ["DcgmReader", "DCGM_UTIL", "gpus_from_dcgm"]
@@ -67,6 +67,10 @@ def gpus_from_dcgm(text: str, source: str) -> tuple[GpuSample, ...]:
     return tuple(out)
 
 
+#: the most of one metrics page read (a dcgm-exporter page is tens of KiB)
+MAX_PAGE_BYTES = 8 << 20
+
+
 class DcgmReader:
     """Reads one DCGM exporter for the sampler thread.
 
@@ -92,7 +96,10 @@ class DcgmReader:
     def fetch(self) -> tuple[GpuSample, ...]:
         """One reading now. Raises MetricsError / OSError (urllib errors) for the caller that wants the reason."""
         with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
-            return gpus_from_dcgm(r.read().decode("utf-8", "replace"), self.source)
+            body = r.read(MAX_PAGE_BYTES + 1)
+        if len(body) > MAX_PAGE_BYTES:
+            raise MetricsError(f"{self.url} sent more than {MAX_PAGE_BYTES >> 20} MiB: not a DCGM exporter's metrics page")
+        return gpus_from_dcgm(body.decode("utf-8", "replace"), self.source)
 
     def sample(self) -> tuple[GpuSample, ...]:
         """The latest reading (fetched when older than min_interval_s); empty with `state` set when it fails."""

@@ -33,7 +33,7 @@ SOFT_BREAK_PROPERTY = QTextFormat.UserProperty + 2
 SCROLLBAR_REFRESH_S = 1.0
 #: …and held again once this long has passed since it was released (a frame has painted it)
 SCROLLBAR_PAINTED_S = 0.1
-_TARGET_KIND = {"correction": "correction", "bonus": "bonus", "baseline": "plain", "reference": "plain"}
+_TARGET_KIND = {"correction": "correction", "bonus": "bonus", "baseline": "plain", "library": "plain"}
 
 
 def utf16_len(s: str) -> int:

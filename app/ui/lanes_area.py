@@ -13,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
+from app.core.events import LaneDone, LaneStarted, Progress, RunError, StepEvent
 from app.core.metrics import is_baseline
 from app.ui.lane_view import LaneView
 from app.ui.load import few_cores
@@ -153,7 +153,7 @@ class LanesArea(QWidget):
             self.by_id[spec.lane_id] = v
 
     def on_event(self, ev: object, t_recv: float) -> None:
-        lane = ev.lane_id if isinstance(ev, (StepEvent, LaneStarted, RunDone, RunError)) else None
+        lane = ev.lane_id if isinstance(ev, (StepEvent, LaneStarted, LaneDone, RunError)) else None
         warm = RunPlan.is_warmup(lane)
         v = self._view(lane)
         if isinstance(ev, StepEvent):
@@ -165,7 +165,7 @@ class LanesArea(QWidget):
             if ev.engine:
                 v.set_setup(v.setup, ev.engine)  # which engine, backend and precision run this lane
             v.set_state("running", "prefill…")
-        elif isinstance(ev, RunDone) and not warm and v is not None:
+        elif isinstance(ev, LaneDone) and not warm and v is not None:
             v.finish(ev.stats, ev.cancelled)
             self.show_badges()
         elif isinstance(ev, RunError) and not warm:

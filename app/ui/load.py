@@ -142,7 +142,7 @@ def prepare_sampler(sampler, target: str, setups) -> str:
     plot. Returns a warning ("" when all went well); never raises."""
     sampler.clear()
     try:
-        from app.engines.remote import gpu_metrics_sources
+        from app.engines.registry import gpu_metrics_sources
 
         sampler.set_remote_gpus(gpu_metrics_sources(target, setups))
     except Exception as e:  # never stops a run

@@ -12,7 +12,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-__all__ = ["main", "build_parser", "gui_app"]
+__all__ = ["main", "build_parser", "gui_app", "check_paths", "export_report"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,12 +54,79 @@ def gui_app():
     return app, yield_to_worker(keep={spawn_from_a_steady_thread()})
 
 
+def check_paths(args) -> None:
+    """Refuse, before any window or worker exists, output paths that cannot be written and a settings path that is
+    a folder: a run of minutes must not end with nowhere to put its report.
+
+    Raises:
+        SetupError: naming the option, the path and the fix.
+    """
+    import os
+
+    from app.core.errors import SetupError
+    from app.core.report import check_writable
+
+    if args.export:
+        check_writable(args.export, "--export")
+    if args.screenshot:
+        check_writable(args.screenshot, "--screenshot")
+    if args.settings:
+        if os.path.isdir(args.settings):
+            raise SetupError(f"--settings {args.settings}: is a folder; settings are kept in one .ini file",
+                             fix=f"give a file name, e.g. --settings {os.path.join(args.settings, 'specdeck.ini')}")
+        check_writable(args.settings, "--settings")
+
+
+def _session_from_args(win, session, args):
+    """The window's session with the command line's overrides (None when there are none)."""
+    overrides = (args.target, args.setup, args.prompt, args.mode, args.max_new_tokens)
+    if all(x is None for x in overrides):
+        return None
+    s = session if session is not None else win.session()
+    if args.target:
+        s = s.with_(target=args.target)
+    if args.setup:
+        s = s.with_(setups=tuple(args.setup[:4]))
+    if args.prompt:
+        s = s.with_(prompt=args.prompt, prompt_id="custom")
+    if args.mode:
+        s = s.with_(mode=args.mode)
+    if args.max_new_tokens is not None:
+        s = s.with_(sampling=replace(s.sampling, max_new_tokens=args.max_new_tokens))
+    return s
+
+
+def export_report(win, path: str) -> str | None:
+    """Write the run's report to `path`; when that fails, beside it in the current or temp folder. Returns where it
+    went (None: nowhere), saying so on stderr."""
+    from app.core.errors import SpecDeckError
+    from app.core.report import write_json
+
+    try:
+        win.export_json(path)
+        return path
+    except OSError as e:
+        try:
+            where = write_json(win.report(), path + ".unwritable")  # write_json falls back to the cwd / temp folder
+        except SpecDeckError as e2:
+            print(f"error: could not write {path}: {e}; {e2.message}", file=sys.stderr)
+            return None
+        print(f"error: could not write {path} ({e.strerror or e}); the report was saved to {where}", file=sys.stderr)
+        return where
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the GUI; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    from PySide6.QtCore import QSettings, QTimer
-
     from app.core.errors import SpecDeckError
+
+    try:
+        check_paths(args)
+    except SpecDeckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from PySide6.QtCore import QSettings
+
     from app.ui.main_window import MainWindow
     from app.ui.session import preset
     from app.ui.theme import DARK
@@ -77,19 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = QSettings(args.settings, QSettings.Format.IniFormat) if args.settings else None
     win = MainWindow(settings=settings, session=session)
-    overrides = (args.target, args.setup, args.prompt, args.mode, args.max_new_tokens)
-    if any(x is not None for x in overrides):
-        s = session if session is not None else win.session()
-        if args.target:
-            s = s.with_(target=args.target)
-        if args.setup:
-            s = s.with_(setups=tuple(args.setup[:4]))
-        if args.prompt:
-            s = s.with_(prompt=args.prompt, prompt_id="custom")
-        if args.mode:
-            s = s.with_(mode=args.mode)
-        if args.max_new_tokens is not None:
-            s = s.with_(sampling=replace(s.sampling, max_new_tokens=args.max_new_tokens))
+    s = _session_from_args(win, session, args)
+    if s is not None:
         try:
             win.apply_session(s)  # all or nothing: validated first
         except SpecDeckError as e:
@@ -107,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         pass
     win.show()
+    return _run_window(app, win, args)
+
+
+def _run_window(app, win, args) -> int:
+    """The event loop, with what --autorun, --export, --screenshot and --quit-after-run ask of it; the exit code."""
+    from PySide6.QtCore import QTimer
+
     code = {"rc": 0}
 
     def quit_app() -> None:
@@ -116,11 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     def after_run(_run_id: str) -> None:
         if args.export:
             said = win.status_label.text()
-            try:
-                win.export_json(args.export)
+            where = export_report(win, args.export)
+            if where == args.export:
                 win.status.show_message(f"{said} · results written to {args.export}")
-            except OSError as e:
-                print(f"error: could not write {args.export}: {e}", file=sys.stderr)
+            else:
                 code["rc"] = 2
         if args.screenshot:
             QTimer.singleShot(300, lambda: win.save_window_png(args.screenshot))

@@ -60,7 +60,7 @@ def engine_scan():
     """(statuses, problems): every engine whose manifest loads, and the broken manifests beside them
     (app.engines.registry.ManifestProblem). Never raises: the GUI must start whatever the manifests hold."""
     from app.core.errors import EngineError
-    from app.engines.registry import ManifestProblem
+    from app.engines.manifest import ManifestProblem
 
     try:
         from app.engines.status import scan_status

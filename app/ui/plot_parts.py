@@ -12,7 +12,8 @@ from PySide6.QtCore import Qt
 
 from app.core.metrics import LaneAccumulator
 
-__all__ = ["nice_ceiling", "Ring", "LaneSeries", "Phase", "TimedLayout", "COLUMNS", "elide", "fit_legend", "veil_legend",
+__all__ = ["nice_ceiling", "Ring", "LaneSeries", "Phase", "TimedLayout", "COLUMNS", "COL_RECV_S", "COL_LANE_S", "COL_TOKENS",
+           "COL_ACCEPTED", "COL_DRAFTED", "COL_RATE", "COL_ALPHA", "elide", "fit_legend", "veil_legend",
            "LEGEND_VEIL_ALPHA", "LEGEND_ROOM", "LEGEND_NAME_CHARS", "SYS_CURVES", "telemetry_row"]
 
 #: the system plot's curves, GPU (True) or CPU (False): (name, colour, on the right-hand MiB axis, pen style)
@@ -123,8 +124,9 @@ class Ring:
         return self.n
 
 
-# lane ring columns: receipt time (s since Run), lane clock, tokens, accepted, drafted, smoothed tok/s, rolling α
-COLUMNS = _T, _TS, _TOK, _ACC, _DR, _RATE, _ALPHA = range(7)
+#: a lane ring's columns: receipt time (s since Run was clicked), lane clock (s), tokens, accepted, drafted (counts so
+#: far), smoothed tokens/s, rolling α
+COLUMNS = COL_RECV_S, COL_LANE_S, COL_TOKENS, COL_ACCEPTED, COL_DRAFTED, COL_RATE, COL_ALPHA = range(7)
 
 
 class LaneSeries:
@@ -134,7 +136,7 @@ class LaneSeries:
         self.lane_id = lane_id
         self.label = label
         self.color = color
-        self.ring = Ring(capacity, 7)
+        self.ring = Ring(capacity, len(COLUMNS))
         self.acc = LaneAccumulator()  # the same counts the lane header and the final stats use
         self.dirty = True
         self.bars_dirty = False
@@ -158,7 +160,7 @@ class Phase:
             r.setZValue(-20)
             if i == 0:
                 pg.InfLineLabel(r.lines[0], text=label, position=label_pos, anchors=[(0, 1), (0, 1)], color="#888")
-            p.addItem(r, ignoreBounds=True)  # growing it must not re-run auto-range (~100 ms a tick)
+            p.addItem(r, ignoreBounds=True)  # growing it must not re-run auto-range over every item, every tick
             self.regions.append(r)
 
     def extend(self, t: float, close: bool = False) -> None:

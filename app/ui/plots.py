@@ -6,9 +6,9 @@ sampler's thread through a deque). Each step's smoothed tokens/s and rolling α 
 ``setData`` per series: at most 5 Hz while a run is going, and less on a slow machine (a frame may take
 :data:`FRAME_BUDGET` of a core); on a machine with few cores (app.ui.load.FEW_CORES), where every frame is taken
 from the lanes' cores, every 2 s at most and within 1 % of a core, and the view is held between redraws: released
-for a redraw's paint and held again as soon as that paint is done (pyqtgraph's items repainted it two or three
-times per redraw: ranges, labels, regions; what they ask for later waits for the next redraw's full paint; the
-mouse over the plots releases it);
+for a redraw's paint and held again as soon as that paint is done (pyqtgraph's items would otherwise repaint it
+several times per redraw: ranges, labels, regions; what they ask for later waits for the next redraw's full paint;
+the mouse over the plots releases it);
 per-position bars at 1 Hz, telemetry at 2 Hz; 1 Hz between runs; never while the panel is hidden or live plots
 are off (:meth:`PlotPanel.set_live`; the run's end draws everything once).
 The window shares a few-core machine with the lanes it measures, so drawing is kept cheap: axes are cached as
@@ -18,6 +18,9 @@ times per run, not on every frame.
 Time plots share one x axis: seconds since Run was clicked (monotonic clock), with the start marked and the
 phases before the first recorded lane shaded ("loading engines" until the first lane starts, then "warm-up"),
 so engine loading never reads as a slow run. A run sink (app.ui.sinks).
+
+The rates and budgets below are the contract; what they cost and what faster rates cost were measured with
+resources/bench/gui_cost.py (resources/bench/README.md, "The GUI's cost on few cores").
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 from app.core.events import LaneStarted, StepEvent
 from app.ui.load import few_cores
 from app.ui.plot_parts import (
-    _ACC,
-    _ALPHA,
-    _DR,
-    _RATE,
-    _T,
-    _TOK,
-    _TS,
+    COL_ACCEPTED,
+    COL_ALPHA,
+    COL_DRAFTED,
+    COL_LANE_S,
+    COL_RATE,
+    COL_RECV_S,
+    COL_TOKENS,
     LEGEND_NAME_CHARS,
     SYS_CURVES,
     LaneSeries,
@@ -63,8 +66,8 @@ __all__ = ["Ring", "PlotPanel", "Phase", "nice_ceiling", "RUN_INTERVAL_MS", "IDL
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
-#: redraw period while a run is going (5 Hz: at 10 Hz the plots alone took ~6 % of a core from a 2-core
-#: machine's lanes) and between runs
+#: redraw period while a run is going (5 Hz: the plots' CPU on a 2-core machine comes out of the lanes' tokens/s)
+#: and between runs
 RUN_INTERVAL_MS = 200
 IDLE_INTERVAL_MS = 1000
 #: telemetry curves and per-position bars (slow-moving figures) are redrawn at most this often during a run
@@ -166,7 +169,7 @@ class PlotPanel(QWidget):
                 p.getAxis(ax).enableAutoSIPrefix(False)
             for ax in ("left", "bottom", "right"):
                 # with grid lines an axis spans its whole plot, so any curve update would replay its QPicture
-                # (ticks, text, grid: ~7 ms each); cached as a pixmap it is redrawn only when its range changes
+                # (ticks, text, grid); cached as a pixmap it is redrawn only when its range changes
                 p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             p.titleLabel.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             p.vb.sigRangeChangedManually.connect(lambda *_a, vb=p.vb: self._manual.add(vb))
@@ -302,8 +305,8 @@ class PlotPanel(QWidget):
         if t == QEvent.Type.Paint:
             self.paints += 1
             if self._hold_after_paint:  # the redraw's paint: hold again as soon as it is done (pyqtgraph items
-                self._hold_after_paint = False  # asked for a second, partial paint ~10 ms later; the next
-                QTimer.singleShot(0, self, lambda: self._hold(True))  # redraw's full paint covers it)
+                self._hold_after_paint = False  # ask for further, partial paints just after it; the next
+                QTimer.singleShot(0, self, lambda: self._hold(True))  # redraw's full paint covers them)
         elif t == QEvent.Type.Enter:  # the user looks at the plots: live crosshair, no hold
             self._hover = True
             self._hold(False)
@@ -393,15 +396,15 @@ class PlotPanel(QWidget):
         n = len(v)
         rate = math.nan
         if n:
-            j = int(np.searchsorted(v[:, _TS], ts - self.window_s, side="left"))
+            j = int(np.searchsorted(v[:, COL_LANE_S], ts - self.window_s, side="left"))
             if j < n:
-                dt = ts - v[j, _TS]
-                rate = (tok - v[j, _TOK]) / dt if dt > 1e-9 else math.nan
+                dt = ts - v[j, COL_LANE_S]
+                rate = (tok - v[j, COL_TOKENS]) / dt if dt > 1e-9 else math.nan
         if math.isnan(rate) and ts > 0:
             rate = tok / ts
         if n:
             b = v[max(0, n - self.alpha_window)]
-            da, dd = acc - b[_ACC], dr - b[_DR]
+            da, dd = acc - b[COL_ACCEPTED], dr - b[COL_DRAFTED]
         else:
             da, dd = acc, dr
         alpha = da / dd if dd > 0 else math.nan
@@ -474,15 +477,15 @@ class PlotPanel(QWidget):
         for i, ln in enumerate(self.lanes.values()):
             v = ln.ring.view()
             if len(v):
-                t_max = max(t_max, float(v[-1, _T]))
+                t_max = max(t_max, float(v[-1, COL_RECV_S]))
             y_tps = max(y_tps, ln.rate_max)
             k_max = max(k_max, len(ln.acc.per_position_drafted))
             if ln.dirty:
                 ln.dirty = False
                 ln.bars_dirty = True
-                x = v[:, _T]
-                self._set(ln.tps_curve, f"{i + 1}: {ln.label} tok/s", x, v[:, _RATE], ln.color, "tok/s")
-                self._set(ln.alpha_curve, f"{i + 1}: {ln.label} α", x, v[:, _ALPHA], ln.color, "")
+                x = v[:, COL_RECV_S]
+                self._set(ln.tps_curve, f"{i + 1}: {ln.label} tok/s", x, v[:, COL_RATE], ln.color, "tok/s")
+                self._set(ln.alpha_curve, f"{i + 1}: {ln.label} α", x, v[:, COL_ALPHA], ln.color, "")
             if bars_due and ln.bars_dirty and ln.acc.per_position_drafted:
                 ln.bars_dirty = False
                 pos = np.arange(1, len(ln.acc.per_position_drafted) + 1, dtype=float)

@@ -1,29 +1,30 @@
 """The GUI yields the CPU to the worker it measures.
 
-On a 2-core machine the worker's two compute threads meet at a barrier after every kernel, so each time the GUI
-wakes (lane text, plots, telemetry) and takes a core for a moment, the whole forward waits: the lanes lose about
-as much of their tokens/s as the window uses of one core (the worker measures it: LaneStats.cpu_wait_s). Workers
-are started from one thread kept at the original priority (app.worker.client.spawn_from_a_steady_thread), so they
-are never lowered with the window. The window's own threads
-(and threads they start later, which inherit it) then run in one of these modes, chosen by `SPECDECK_GUI_PRIORITY`:
+On a machine with few cores the worker's compute threads meet at a barrier after every kernel, so each time the GUI
+wakes (lane text, plots, telemetry) and takes a core for a moment, the whole forward waits: what the window uses of
+a core comes out of the lanes' tokens/s (the worker measures the wait: LaneStats.cpu_wait_s). Workers are started
+from one thread kept at the original priority (app.worker.client.spawn_from_a_steady_thread), so they are never
+lowered with the window. The window's own threads (and threads they start later, which inherit it) then run in one
+of these modes, chosen by `SPECDECK_GUI_PRIORITY`:
 
 ``batch`` (the default on Linux)
-    nice +10 and SCHED_BATCH (no wake-up preemption of running threads): the window still gets its few percent
-    of a core when the lanes use every core, and draws in frames (app.ui.run_controller) to keep that small.
+    nice +10 (:data:`NICE`) and SCHED_BATCH (no wake-up preemption of running threads): the window still gets a share of
+    a core when the lanes use every core, and draws in frames (app.ui.run_controller) to keep that share small.
 ``idle``
-    SCHED_IDLE: the window runs only on CPU time the worker leaves unused. PyTorch lanes on 2 cores leave none
-    (their compute threads spin between kernels): the window then does not draw at all until the lanes end — its
-    event loop ran no tick in 7 s of lanes, against one every 100 ms at ``batch`` (app.ui.load measures this and
-    says so after the run). Figures then match headless, but nothing is live: for measurements, not demos.
-    nice +19 with SCHED_BATCH was no better (2–7 ticks in 11 s).
+    SCHED_IDLE: the window runs only on CPU time the worker leaves unused. Lanes that leave none (PyTorch's compute
+    threads spin between kernels) starve it: the window may not draw at all until the lanes end (app.ui.load times
+    its event loop and says so after the run). The lanes' figures then match headless, but nothing is live: for
+    measurements, not demos. A high nice value with SCHED_BATCH does not fix that.
 ``normal``
     left as started.
 
-Qt's raster engine also hands every large fill (96 or more spans) to a pool of helper threads and waits for them:
-on 2 cores, during a run, that was ~50 wake-ups a second for each of two pool threads and ~80 for the window's main
-thread, each one a moment a lane's compute thread may be pushed off its core. On a machine with few cores
+Qt's raster engine also hands every large fill (96 or more spans) to a pool of helper threads and waits for them;
+each hand-off wakes threads that may push a lane's compute thread off its core. On a machine with few cores
 :func:`serial_painting` turns that pool off (Qt's ``QT_NO_GUI_THREADPOOL``): the fills run on the window's own
-thread, which then wakes ~16 times a second, no pool thread at all, and the window's CPU drops by about a tenth.
+thread, and no pool thread is ever started.
+
+What each choice measured (event-loop ticks under ``idle``, wake-ups a second with and without the pool, the
+window's CPU): resources/bench/README.md, "The GUI's cost on few cores" (``gui_cost.py``, ``gui_vs_headless.py``).
 
 Linux only (elsewhere the window keeps its priority). Lowering is one-way for an unprivileged user: the kernel lets
 a thread leave SCHED_IDLE, or lower its nice value, only with CAP_SYS_NICE or RLIMIT_NICE, so the mode is fixed

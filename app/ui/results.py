@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from app.core.events import RunDone, RunError
+from app.core.events import LaneDone, RunError
 from app.core.metrics import LaneStats, baseline_of, is_baseline, summarize
 from app.core.report import attach_baseline
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
@@ -202,7 +202,7 @@ class ResultsPanel(QWidget):
         self.clear()
 
     def on_event(self, ev: object, _t: float) -> None:
-        if isinstance(ev, (RunDone, RunError)) and not RunPlan.is_warmup(ev.lane_id):
+        if isinstance(ev, (LaneDone, RunError)) and not RunPlan.is_warmup(ev.lane_id):
             self.show_results()
 
     def finish(self, results: RunResults) -> None:

@@ -37,8 +37,7 @@ SILENT_S = 20.0
 #: a display frame during a run (steps delivered, lane text drawn): 20 a second…
 FRAME_MS = 50
 #: …and 4 a second on a machine with at most FEW_CORES cores, where every frame's drawing is taken from the lanes'
-#: cores (on 2 cores, 10 frames a second took ~0.4 % of a core more than 5, and 5 ~0.2 % more than 4, all of it out
-#: of the lanes' tokens/s)
+#: cores, so out of their tokens/s (what each rate cost: resources/bench/README.md, "The window's own CPU")
 FEW_CORES_FRAME_MS = 250
 
 
@@ -85,9 +84,6 @@ class RunController(QObject):
         self.frame.timeout.connect(self._frame)
         self.bridge.event.connect(self._on_event)
         self.bridge.state.connect(self._on_state)
-
-    def subscribe(self, sink: RunSink) -> None:
-        self.sinks.append(sink)
 
     # --- commands ----------------------------------------------------------------------------------
     def start(self, plan: RunPlan) -> str | None:

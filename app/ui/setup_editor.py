@@ -356,7 +356,7 @@ class SetupEditor(QWidget):
             self.target.clear()
             self.target.addItem("on the run's target", None)
             for st in self._statuses:
-                if st.backend in ("hf", "llamacpp") and st.usable:
+                if st.steps and st.usable:
                     self.target.addItem(f"on {st.name} ({st.backend}, {st.dtype})", st.name)
             self._select_target(current)
             for pg in self._pages.values():

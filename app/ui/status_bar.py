@@ -7,7 +7,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
-from app.core.events import LaneStarted, Progress, RunDone, RunError
+from app.core.events import LaneDone, LaneStarted, Progress, RunError
 from app.ui.results import fastest
 from app.ui.sinks import WorkerSilence
 from app.ui.theme import Theme
@@ -142,7 +142,7 @@ class RunStatusBar:
         elif isinstance(ev, LaneStarted):
             self.progress.hide()
             self.show_message("warming up…" if RunPlan.is_warmup(ev.lane_id) else self._running())
-        elif isinstance(ev, RunDone) and not RunPlan.is_warmup(ev.lane_id):
+        elif isinstance(ev, LaneDone) and not RunPlan.is_warmup(ev.lane_id):
             self.show_message(self._running())
         elif isinstance(ev, RunError) and ev.lane_id is None:
             self.show_message("⚠ " + ev.message.splitlines()[0])

@@ -33,7 +33,7 @@ from typing import Any
 from app.core.errors import WorkerDiedError
 from app.worker.messages import Command, Shutdown, WorkerDied, WorkerReady
 
-__all__ = ["WorkerClient", "describe_exit", "call_sink", "spawn_from_a_steady_thread", "spawner_tid"]
+__all__ = ["WorkerClient", "describe_exit", "call_sink", "spawn_from_a_steady_thread"]
 
 _spawner: ThreadPoolExecutor | None = None
 _spawner_tid: int | None = None
@@ -51,9 +51,6 @@ def spawn_from_a_steady_thread() -> int:
     assert _spawner_tid is not None
     return _spawner_tid
 
-
-def spawner_tid() -> int | None:
-    return _spawner_tid
 
 
 def _spawn(start: Callable[[], Any]) -> Any:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["main"]
+__all__ = ["main", "WorkerServer"]
 
 
 class _Shutdown(Exception):
@@ -31,6 +31,165 @@ def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
             os._exit(3)
 
 
+def _device_info() -> tuple[str, str]:
+    """(what the worker computes on, torch's version or "none") — torch is optional in another environment."""
+    try:
+        import torch
+    except ImportError:  # an environment started for a backend that does not need it
+        return f"cpu ({os.cpu_count()} logical CPUs; no torch in {sys.prefix})", "none"
+    dev = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+    return dev, torch.__version__
+
+
+class WorkerServer:
+    """The worker's command loop: one handler per command; every event goes out through `evt_conn`.
+
+    Between commands it blocks on `cmd_conn`; during a run the scheduler polls it between steps (:meth:`poll`), so a
+    Cancel or Shutdown lands within a step and other commands wait their turn.
+    """
+
+    def __init__(self, cmd_conn, evt_conn) -> None:
+        from app.worker.pool import EnginePool
+
+        self.cmd_conn, self.evt_conn = cmd_conn, evt_conn
+        self._send = threading.Lock()
+        self.pool = EnginePool(self.emit)
+        self.pending: deque = deque()
+        self.cancelled_runs: set[str] = set()
+        self.cancelled_lanes: set[tuple[str, str]] = set()
+
+    def emit(self, ev) -> None:
+        with self._send:
+            self.evt_conn.send(ev)
+
+    def start(self, t_spawn: float) -> None:
+        """Say WorkerReady (with the device and start-up time) and start the heartbeat."""
+        from app.worker.messages import HEARTBEAT_S, Heartbeat, WorkerReady
+
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
+        except Exception:  # pragma: no cover - transformers is optional in another environment too
+            pass
+        dev, torch_version = _device_info()
+        if sys.executable and os.environ.get("SPECDECK_WORKER_ADDRESS"):
+            dev += f", python {sys.version.split()[0]} at {sys.executable}"
+        self.emit(WorkerReady(pid=os.getpid(), startup_s=time.time() - t_spawn, torch_version=torch_version, device_info=dev))
+
+        def heartbeat() -> None:
+            while True:
+                time.sleep(HEARTBEAT_S)
+                try:
+                    self.emit(Heartbeat(time.time()))
+                except (BrokenPipeError, EOFError, OSError):
+                    return
+
+        threading.Thread(target=heartbeat, daemon=True, name="heartbeat").start()
+
+    def serve(self) -> None:
+        """Handle commands until Shutdown or until the client goes away."""
+        from app.core.events import LogEvent
+        from app.worker.messages import Cancel, LoadEngines, Ping, RunLanes, Shutdown
+
+        handlers = {Ping: self.on_ping, Cancel: lambda cmd: None, LoadEngines: self.on_load, RunLanes: self.on_run}
+        try:
+            while True:
+                cmd = self.pending.popleft() if self.pending else self.cmd_conn.recv()
+                if isinstance(cmd, Shutdown):
+                    return
+                handler = handlers.get(type(cmd))
+                if handler is None:
+                    self.emit(LogEvent("warning", f"unknown command {type(cmd).__name__}"))
+                else:
+                    handler(cmd)
+        except (_Shutdown, BrokenPipeError, EOFError):  # asked to stop, or the client went away
+            return
+
+    def poll(self) -> None:
+        """Read the commands that arrived during a run: cancels and pings at once, the rest queued.
+
+        Raises:
+            _Shutdown: a Shutdown arrived (the run stops where it is).
+        """
+        from app.worker.messages import Cancel, Ping, Shutdown
+
+        while self.cmd_conn.poll():
+            cmd = self.cmd_conn.recv()
+            if isinstance(cmd, Cancel):
+                if cmd.lane_id is None:
+                    self.cancelled_runs.add(cmd.run_id)
+                else:
+                    self.cancelled_lanes.add((cmd.run_id, cmd.lane_id))
+            elif isinstance(cmd, Shutdown):
+                raise _Shutdown
+            elif isinstance(cmd, Ping):
+                self.on_ping(cmd)
+            else:
+                self.pending.append(cmd)
+
+    def on_ping(self, cmd) -> None:
+        from app.worker.messages import Pong
+
+        self.emit(Pong(cmd.request_id, time.time()))
+
+    def on_load(self, cmd) -> None:
+        """Load the target, its drafts and the other targets' (and their cost profiles); EnginesLoaded or RunError."""
+        from app.core.errors import SpecDeckError
+        from app.core.events import RunError
+        from app.worker.messages import EnginesLoaded, LoadedEngine
+
+        pool = self.pool
+        engines: list = []
+
+        def load(name: str, engine) -> None:
+            engines.append((name, engine))
+
+        try:
+            target = pool.get(cmd.target, cmd.device, cmd.dtype)
+            load(cmd.target, target)
+            for d in cmd.drafts:
+                d, ddtype = (d, None) if isinstance(d, str) else d
+                load(d, pool.get_draft(cmd.target, target, d, cmd.device, ddtype or cmd.dtype))
+            for other, drafts in cmd.others:  # lanes moved to another target (`…@<target>`)
+                o = pool.get(other, cmd.device, cmd.dtype)
+                load(other, o)
+                for d, ddtype in drafts:
+                    load(d, pool.get_draft(other, o, d, cmd.device, ddtype or cmd.dtype))
+            if cmd.profile or cmd.force_profile:  # each sent as a ProfileReady event
+                for e in dict.fromkeys(e for _, e in engines):  # once per engine object, load order
+                    pool.profile(e, measure=True, force=cmd.force_profile)
+            self.emit(EnginesLoaded(cmd.request_id, tuple(LoadedEngine(n, e.device, e.dtype, e.load_s) for n, e in engines)))
+        except SpecDeckError as e:
+            self.emit(RunError(None, str(e), kind=type(e).__name__))
+        except Exception as e:
+            self.emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
+
+    def on_run(self, cmd) -> None:
+        """Run a RunLanes command's lanes (sequential or interleaved), then RunFinished."""
+        from app.core.events import RunError
+        from app.worker.messages import RunFinished
+        from app.worker.scheduler import lane_events, schedule
+
+        run_id = cmd.run_id
+
+        def make(spec):
+            def cancelled() -> bool:
+                return run_id in self.cancelled_runs or (run_id, spec.lane_id) in self.cancelled_lanes
+
+            return lane_events(self.pool, cmd.target, spec, cmd.sampling, cmd.chat, cancelled, cmd.device, cmd.dtype)
+
+        try:
+            schedule(list(cmd.lanes), make, cmd.mode, self.emit, self.poll)
+        except _Shutdown:
+            raise
+        except Exception as e:
+            self.emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
+        self.emit(RunFinished(run_id, cancelled=run_id in self.cancelled_runs))
+        self.cancelled_runs.discard(run_id)
+
+
 def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
     """Serve commands until Shutdown (or the parent dies). Every event goes through `evt_conn`."""
     # Ctrl-C in a terminal reaches the whole process group: the client decides (it cancels and shuts us down),
@@ -41,147 +200,10 @@ def main(cmd_conn, evt_conn, parent_pid: int, t_spawn: float) -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-    from app.core.errors import SpecDeckError
-    from app.core.events import LogEvent, RunError
-    from app.worker.messages import (
-        HEARTBEAT_S,
-        Cancel,
-        EnginesLoaded,
-        Heartbeat,
-        LoadEngines,
-        Ping,
-        Pong,
-        RunFinished,
-        RunLanes,
-        Shutdown,
-        WorkerReady,
-    )
-
-    send_lock = threading.Lock()
-
-    def emit(ev) -> None:
-        with send_lock:
-            evt_conn.send(ev)
-
+    server = WorkerServer(cmd_conn, evt_conn)
     try:
-        import torch
-    except ImportError:  # an environment started for a backend that does not need it
-        torch = None
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover - transformers is optional in another environment too
-        pass
-    if torch is None:
-        dev, torch_version = f"cpu ({os.cpu_count()} logical CPUs; no torch in {sys.prefix})", "none"
-    else:
-        dev = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
-        torch_version = torch.__version__
-    if sys.executable and os.environ.get("SPECDECK_WORKER_ADDRESS"):
-        dev += f", python {sys.version.split()[0]} at {sys.executable}"
-    emit(WorkerReady(pid=os.getpid(), startup_s=time.time() - t_spawn, torch_version=torch_version, device_info=dev))
-
-    def heartbeat() -> None:
-        while True:
-            time.sleep(HEARTBEAT_S)
-            try:
-                emit(Heartbeat(time.time()))
-            except (BrokenPipeError, EOFError, OSError):
-                return
-
-    threading.Thread(target=heartbeat, daemon=True, name="heartbeat").start()
-
-    from app.worker.pool import EnginePool
-    from app.worker.scheduler import lane_events, schedule
-
-    pool = EnginePool(emit)
-    pending: deque = deque()
-    cancelled_runs: set[str] = set()
-    cancelled_lanes: set[tuple[str, str]] = set()
-
-    def poll() -> None:
-        while cmd_conn.poll():
-            cmd = cmd_conn.recv()
-            if isinstance(cmd, Cancel):
-                if cmd.lane_id is None:
-                    cancelled_runs.add(cmd.run_id)
-                else:
-                    cancelled_lanes.add((cmd.run_id, cmd.lane_id))
-            elif isinstance(cmd, Shutdown):
-                raise _Shutdown
-            elif isinstance(cmd, Ping):
-                emit(Pong(cmd.request_id, time.time()))
-            else:
-                pending.append(cmd)
-
-    try:
-        while True:
-            if pending:
-                cmd = pending.popleft()
-            else:
-                try:
-                    cmd = cmd_conn.recv()
-                except EOFError:
-                    return
-            if isinstance(cmd, Shutdown):
-                return
-            if isinstance(cmd, Ping):
-                emit(Pong(cmd.request_id, time.time()))
-            elif isinstance(cmd, Cancel):
-                continue  # nothing running
-            elif isinstance(cmd, LoadEngines):
-                try:
-                    loaded, engines = [], []
-                    t = pool.get(cmd.target, cmd.device, cmd.dtype)
-                    loaded.append((cmd.target, t.device, t.dtype, getattr(t, "load_s", 0.0)))
-                    engines.append(t)
-                    for d in cmd.drafts:
-                        d, ddtype = (d, None) if isinstance(d, str) else d
-                        e = pool.get_draft(cmd.target, t, d, cmd.device, ddtype or cmd.dtype)
-                        loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
-                        engines.append(e)
-                    for other, drafts in cmd.others:  # lanes moved to another target (`…@<target>`)
-                        o = pool.get(other, cmd.device, cmd.dtype)
-                        loaded.append((other, o.device, o.dtype, getattr(o, "load_s", 0.0)))
-                        engines.append(o)
-                        for d, ddtype in drafts:
-                            e = pool.get_draft(other, o, d, cmd.device, ddtype or cmd.dtype)
-                            loaded.append((d, e.device, e.dtype, getattr(e, "load_s", 0.0)))
-                            engines.append(e)
-                    if cmd.profile or cmd.force_profile:  # each sent as a ProfileReady event
-                        for e in dict.fromkeys(engines):  # once per engine object, load order
-                            pool.profile(e, measure=True, force=cmd.force_profile)
-                    emit(EnginesLoaded(cmd.request_id, tuple(loaded)))
-                except SpecDeckError as e:
-                    emit(RunError(None, str(e), kind=type(e).__name__))
-                except Exception as e:
-                    emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
-            elif isinstance(cmd, RunLanes):
-                run_id = cmd.run_id
-
-                def make(spec, cmd=cmd, run_id=run_id):
-                    def cancelled() -> bool:
-                        return run_id in cancelled_runs or (run_id, spec.lane_id) in cancelled_lanes
-
-                    return lane_events(pool, cmd.target, spec, cmd.sampling, cmd.chat, cancelled, cmd.device, cmd.dtype)
-
-                try:
-                    schedule(list(cmd.lanes), make, cmd.mode, emit, poll)
-                except _Shutdown:
-                    raise
-                except Exception as e:
-                    emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
-                emit(RunFinished(run_id, cancelled=run_id in cancelled_runs))
-                cancelled_runs.discard(run_id)
-            else:
-                emit(LogEvent("warning", f"unknown command {type(cmd).__name__}"))
-    except _Shutdown:
-        return
-    except (BrokenPipeError, EOFError):  # the client went away
-        return
+        server.start(t_spawn)
+        server.serve()
     finally:
         try:
             evt_conn.close()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.core.errors import SpecDeckError
-from app.core.events import RunDone, RunError
+from app.core.events import LaneDone, RunError
 from app.worker.client import WorkerClient, call_sink
 from app.worker.messages import Cancel, Heartbeat, LaneSpec, RunFinished, RunLanes, Shutdown, WorkerDied, WorkerReady
 
@@ -90,7 +90,7 @@ class _Dispatch:
         self.cancelled_lanes: set[str] = set()
         self.current: tuple[str, RunLanes] | None = None
         self.segment_done = threading.Event()
-        self.ended: set[str] = set()  # lanes of the current segment that ended (RunDone / RunError)
+        self.ended: set[str] = set()  # lanes of the current segment that ended (LaneDone / RunError)
 
 
 class WorkerGroup:
@@ -206,7 +206,7 @@ class WorkerGroup:
             if isinstance(ev, RunFinished):
                 d.segment_done.set()
                 return
-            if isinstance(ev, (RunDone, RunError)) and ev.lane_id is not None:
+            if isinstance(ev, (LaneDone, RunError)) and ev.lane_id is not None:
                 d.ended.add(ev.lane_id)
         if isinstance(ev, WorkerDied) and env != _OWN:
             with self._lock:

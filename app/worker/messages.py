@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from app.core.events import Event, LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent
+from app.core.events import Event, LaneDone, LaneStarted, LogEvent, Progress, RunError, StepEvent
 from app.core.setups import Sampling
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "Command",
     "WorkerReady",
     "EnginesLoaded",
+    "LoadedEngine",
     "RunFinished",
     "Pong",
     "Heartbeat",
@@ -101,9 +102,19 @@ class WorkerReady:
 
 
 @dataclass(frozen=True)
+class LoadedEngine:
+    """One engine a LoadEngines loaded (or found loaded): what it runs on and how long its load took."""
+
+    name: str
+    device: str
+    dtype: str
+    load_s: float
+
+
+@dataclass(frozen=True)
 class EnginesLoaded:
     request_id: str
-    engines: tuple[tuple[str, str, str, float], ...]  # (name, device, dtype, load seconds)
+    engines: tuple[LoadedEngine, ...]  # the target first, in load order
 
 
 @dataclass(frozen=True)
@@ -141,4 +152,4 @@ class WorkerDied:
 
 WorkerEvent = Event | WorkerReady | EnginesLoaded | RunFinished | Pong | Heartbeat | WorkerDied
 # re-exported for convenience
-_ = (LaneStarted, LogEvent, Progress, RunDone, RunError, StepEvent)
+_ = (LaneStarted, LogEvent, Progress, LaneDone, RunError, StepEvent)

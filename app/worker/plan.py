@@ -14,13 +14,15 @@ Lane ids: ``L1``…``Ln`` (n setups) when the run has one prompt and one repeat 
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from app.core.costs import CostProfile
 from app.core.errors import SetupError
-from app.core.events import ProfileReady, RunDone, RunError, StepEvent
+from app.core.events import LaneDone, ProfileReady, RunError, StepEvent
 from app.core.metrics import LaneStats
 from app.core.prompts import Prompt
 from app.core.report import attach_baseline, build_report
@@ -83,6 +85,7 @@ class RunPlan:
             raise SetupError(f"the reference lane {self.reference!r} is not one of the run's setups",
                              fix="name one of the --setup strings (or baseline) as --reference")
         self.sampling.validated()
+        _check_target_environment(self.target)
 
     # --- lanes ------------------------------------------------------------------------------------------
     @property
@@ -142,6 +145,12 @@ class RunPlan:
             return parse_setup(self.reference).label
         return "baseline" if self.other_targets and "baseline" in self.setups else None
 
+    def same_tokenizer(self, a: str, b: str) -> bool:
+        """Whether the targets of setups `a` and `b` share a tokenizer, by their manifests' tokenizer tags (an engine
+        without a tag, or that does not resolve, is taken to share it: nothing says otherwise)."""
+        ta, tb = (_tokenizer_tag(parse_setup(x).target or self.target) for x in (a, b))
+        return not ta or not tb or ta == tb
+
     # --- commands -----------------------------------------------------------------------------------------
     @property
     def warmup_run_id(self) -> str:
@@ -160,11 +169,12 @@ class RunPlan:
         profiles of its target and draft (app.core.costs), and k=auto decides with them."""
         from app.core.setups import kind_of
 
-        return any(not kind_of(x).reference and x.prefix != "baseline" for x in map(parse_setup, self.setups))
+        return any(not kind_of(x).library and x.prefix != "baseline" for x in map(parse_setup, self.setups))
 
-    def command(self) -> RunLanes:
-        return RunLanes(self.run_id, self.target, self.lanes, self.sampling, mode=self.mode, chat=self.chat,
-                        device=self.device, dtype=self.dtype)
+    def command(self, skip: Collection[int] = ()) -> RunLanes:
+        """The recorded run; `skip`: setup indices whose lanes are left out (their setup failed in the warm-up)."""
+        lanes = tuple(spec for spec in self.lanes if self.setup_index(spec.lane_id) not in set(skip))
+        return RunLanes(self.run_id, self.target, lanes, self.sampling, mode=self.mode, chat=self.chat, device=self.device, dtype=self.dtype)
 
     def warmup_command(self) -> RunLanes | None:
         """The unrecorded warm-up run (one lane per setup on the first prompt), or None."""
@@ -206,7 +216,7 @@ class RunResults:
             return
         if isinstance(ev, StepEvent):
             self.tokens += len(ev.emitted_ids)
-        elif isinstance(ev, RunDone):
+        elif isinstance(ev, LaneDone):
             if isinstance(ev.stats, LaneStats):
                 self.stats[ev.lane_id] = ev.stats
             if ev.cancelled:
@@ -228,7 +238,7 @@ class RunResults:
     def by_lane(self) -> dict[str, LaneStats]:
         """lane id → stats with baseline comparisons, in plan order, for lanes that completed (not cancelled)."""
         ids = [lid for lid in sorted(self.stats, key=lambda x: self._order.get(x, 1 << 30)) if lid not in self.cancelled]
-        return dict(zip(ids, attach_baseline([self.stats[i] for i in ids], self.plan.report_reference), strict=True))
+        return dict(zip(ids, attach_baseline([self.stats[i] for i in ids], self.plan.report_reference, self.plan.same_tokenizer), strict=True))
 
     def completed(self) -> list[LaneStats]:
         """Stats of completed lanes, setup by setup in the plan's order (baseline comparisons filled in)."""
@@ -271,5 +281,38 @@ class RunResults:
         }
         meta.update(extra or {})
         sampling = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed, "max_new_tokens": s.max_new_tokens}
-        return build_report(p.target, device, dtype, self.completed(), sampling=sampling, extra=meta, reference=p.report_reference)
+        return build_report(p.target, device, dtype, self.completed(), sampling=sampling, extra=meta, reference=p.report_reference,
+                            comparable=p.same_tokenizer)
 
+
+def _check_target_environment(target: str) -> None:
+    """The run's target is loaded by SpecDeck's own worker: an engine whose manifest (or backend) names another
+    Python environment cannot be it — its lanes run there (`baseline@<engine>`, its backend's own kind).
+
+    Raises:
+        SetupError: naming the interpreter and the lanes to use instead.
+    """
+    from app.core.errors import EngineError
+    from app.engines.environments import worker_python
+    from app.engines.registry import resolve
+
+    try:
+        python = worker_python(resolve(target))
+    except EngineError:
+        return  # a bad or missing engine is reported when it loads, with its own fix
+    if python is not None:
+        raise SetupError(f"--target {target} runs in another Python environment ({python}): the run's target is loaded in SpecDeck's own",
+                         fix=f"pick a target of this environment and run {target} as lanes: --setup baseline@{target} (or its own kind, "
+                             "e.g. trtllm:<engine>)")
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_tag(engine: str) -> str:
+    """The `tokenizer` family tag of an engine's manifest ("" when it has none or does not resolve)."""
+    from app.core.errors import EngineError
+    from app.engines.registry import resolve
+
+    try:
+        return str(resolve(engine).extra.get("tokenizer", ""))
+    except EngineError:
+        return ""

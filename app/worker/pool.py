@@ -9,32 +9,9 @@ from typing import Any
 from app.core.errors import EngineError
 from app.core.events import ProfileReady, Progress
 from app.engines.base import check_tokenizers
-from app.engines.registry import EngineManifest, resolve
+from app.engines.registry import load_tokenizer, open_engine, resolve
 
-__all__ = ["EnginePool", "open_engine"]
-
-
-def open_engine(manifest: EngineManifest, device: str | None, dtype: str | None, progress, tokenizer=None):
-    """Instantiate the backend named by the manifest (TensorRT-LLM is imported lazily, only here)."""
-    if manifest.backend == "hf":
-        from app.engines.hf import HFEngine
-
-        return HFEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
-    if manifest.backend == "llamacpp":
-        from app.engines.llamacpp import LlamaCppEngine
-
-        return LlamaCppEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
-    if manifest.backend == "openai":
-        from app.engines.remote import RemoteEngine
-
-        return RemoteEngine(manifest, device=device, dtype=dtype, progress=progress, tokenizer=tokenizer)
-    if manifest.backend == "trtllm":
-        try:
-            from app.engines import trtllm
-        except ImportError as e:  # pragma: no cover - module exists once the backend lands
-            raise EngineError(f"engine {manifest.name}: TensorRT-LLM backend unavailable ({e})", fix="make trtllm-env on a CUDA machine (README, TensorRT-LLM)") from None
-        return trtllm.load_engine(manifest, device=device, dtype=dtype, progress=progress)
-    raise EngineError(f"engine {manifest.name}: unknown backend {manifest.backend!r}", fix=f"edit {manifest.where}")
+__all__ = ["EnginePool"]
 
 
 class EnginePool:
@@ -75,36 +52,23 @@ class EnginePool:
         return eng
 
     def tokenizer(self, name: str):
-        """The tokenizer alone (no weights loaded), for compatibility checks before loading a draft."""
+        """The tokenizer alone (no weights loaded), for compatibility checks before loading a draft; None when the
+        engine's backend has no local tokenizer."""
         for key, eng in self._engines.items():
             if key[0] == name:
                 return eng.tokenizer
-        if name in self._tokenizers:
-            return self._tokenizers[name]
-        manifest = resolve(name)
-        if manifest.backend == "llamacpp":
-            from app.engines.llamacpp import load_gguf_tokenizer
-
-            tok = load_gguf_tokenizer(manifest, self._progress(name))
-            self._tokenizers[name] = tok
-            return tok
-        if manifest.backend != "hf":
-            return None
-        from app.engines.cache import prepare
-        from app.engines.hf import load_tokenizer
-
-        tok = load_tokenizer(prepare(manifest, self._progress(name)))
-        self._tokenizers[name] = tok
-        return tok
+        if name not in self._tokenizers:
+            self._tokenizers[name] = load_tokenizer(resolve(name), self._progress(name))
+        return self._tokenizers[name]
 
     def get_draft(self, target_name: str, target, draft_name: str, device=None, dtype=None):
         """Load a draft for `target` after checking (on tokenizers only) that they share a vocabulary."""
-        ttok = getattr(target, "tokenizer", None)
+        ttok = target.tokenizer
         dtok = self.tokenizer(draft_name)
         if ttok is not None and dtok is not None:
             check_tokenizers(target_name, ttok, draft_name, dtok)
         draft = self.get(draft_name, device, dtype)
-        if getattr(draft, "vocab_size", None) != getattr(target, "vocab_size", None):
+        if draft.vocab_size != target.vocab_size:
             raise EngineError(
                 f"draft {draft_name!r} has {draft.vocab_size} logits, target {target_name!r} has {target.vocab_size}",
                 fix="pick a draft model of the same family as the target",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from app.core.events import RunDone, StepEvent
+from app.core.events import LaneDone, StepEvent
 from app.core.setups import Sampling
 from app.worker.client import WorkerClient
 from app.worker.messages import Cancel, LaneSpec, Ping, Pong, RunFinished, RunLanes
@@ -37,7 +37,7 @@ def measure(target: str = "smollm2-135m-instruct", pings: int = 500, cancels: in
             now = time.perf_counter()
             rtt.append(now - t)
             one_way.append(time.time() - ev.t_sent)
-        # cancel latency: a long lane, cancel after a few steps, time until the lane's RunDone
+        # cancel latency: a long lane, cancel after a few steps, time until the lane's LaneDone
         cancel_ms = []
         for j in range(cancels):
             run = f"c{j}"
@@ -50,7 +50,7 @@ def measure(target: str = "smollm2-135m-instruct", pings: int = 500, cancels: in
             c.send(Cancel(run))
             while True:
                 ev = c.get(timeout=60)
-                if isinstance(ev, RunDone):
+                if isinstance(ev, LaneDone):
                     cancel_ms.append(1000 * (time.perf_counter() - t))
                 if isinstance(ev, RunFinished):
                     break

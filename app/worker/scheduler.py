@@ -2,8 +2,8 @@
 
 Never two lanes at once on one device: interleaving is round-robin by step in one thread, and each lane's
 clock counts only its own steps (the loop times its phases itself), so timings agree with sequential runs. Each
-lane's RunDone also says how long the worker's threads waited for a CPU while the lane computed (``cpu_wait_s``,
-app.worker.cpuwait): what other processes on the machine took from its clock.
+lane's LaneDone also says how long the worker's threads waited for a CPU while the lane computed (``cpu_wait_s``,
+app.core.cpuwait): what other processes on the machine took from its clock.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import traceback
 from collections.abc import Callable, Iterator
 
 from app.core.accounting import LaneRecorder, drive
+from app.core.cpuwait import CpuWait
 from app.core.errors import SetupError, SpecDeckError
-from app.core.events import LaneStarted, RunDone, RunError
+from app.core.events import LaneDone, LaneStarted, RunError
 from app.core.metrics import LaneStats
 from app.core.setups import Sampling, kind_of, parse_setup
-from app.worker.cpuwait import CpuWait
+from app.engines.base import Engine
 from app.worker.messages import LaneSpec
 
 __all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule", "with_cpu_wait"]
@@ -58,21 +59,21 @@ class PoolEnv:
         return LaneCosts(tp.curve(), (tp.key,)) if tp is not None else None
 
 
-def context_length(engine) -> int | None:
+def context_length(engine: Engine) -> int | None:
     """Positions the engine can attend to (prompt + generated), when it says (`context_length`); None: unknown."""
-    n = getattr(engine, "context_length", None)
+    n = engine.context_length
     return n if isinstance(n, int) and n > 0 else None
 
 
-def check_context(engine, prompt_tokens: int, max_new_tokens: int) -> None:
+def check_context(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> None:
     """Refuse a lane whose prompt plus token budget does not fit the engine's context window, or whose prompt
     alone exceeds the engine's prompt limit (`max_prompt_tokens`, e.g. a built TensorRT engine's max_input_len).
 
     Raises:
         SetupError: with the numbers and the fix.
     """
-    name = getattr(engine, "name", "the engine")
-    most = getattr(engine, "max_prompt_tokens", None)
+    name = engine.name
+    most = engine.max_prompt_tokens
     if isinstance(most, int) and most > 0 and prompt_tokens > most:
         raise SetupError(
             f"the prompt is {prompt_tokens:,} tokens: more than the {most:,} {name} accepts as input",
@@ -99,7 +100,7 @@ def lane_events(
     device: str | None = None,
     dtype: str | None = None,
 ) -> Iterator[object]:
-    """All events of one lane: LaneStarted, StepEvents, RunDone — or RunError (never raises for lane errors).
+    """All events of one lane: LaneStarted, StepEvents, LaneDone — or RunError (never raises for lane errors).
 
     The lane's setup type (from the registry) builds its runner; the shared LaneRecorder does the accounting.
     """
@@ -109,7 +110,7 @@ def lane_events(
         engine = runner.engine
         prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
         check_context(engine, len(prompt_ids), sampling.max_new_tokens)
-        about = f"{getattr(engine, 'name', '?')} · {getattr(engine, 'backend', '?')} · {getattr(engine, 'dtype', '?')}"
+        about = f"{engine.name} · {engine.backend} · {engine.dtype}"
         yield LaneStarted(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, tuple(prompt_ids), spec.prompt, about)
         sampling = sampling.validated()
         rec = LaneRecorder(spec.lane_id, setup.label, spec.prompt_id, spec.repeat, sampling.max_new_tokens, engine.eos_ids,
@@ -162,7 +163,7 @@ def schedule(
                     except StopIteration:
                         break
                     emit(ev)
-                    if isinstance(ev, (RunDone, RunError)):
+                    if isinstance(ev, (LaneDone, RunError)):
                         break
                     if isinstance(ev, LaneStarted):
                         continue
@@ -173,7 +174,7 @@ def schedule(
 
 
 def with_cpu_wait(events: Iterator[object], waits: CpuWait) -> Iterator[object]:
-    """A lane's events, its RunDone carrying ``cpu_wait_s``: the run-queue delay of the worker's threads (`waits`)
+    """A lane's events, its LaneDone carrying ``cpu_wait_s``: the run-queue delay of the worker's threads (`waits`)
     while this lane's iterator computed, from its LaneStarted on (engine loading before it is not counted)."""
     total = 0.0
     started = False
@@ -188,6 +189,6 @@ def with_cpu_wait(events: Iterator[object], waits: CpuWait) -> Iterator[object]:
             total += w1 - w0
         if isinstance(ev, LaneStarted):
             started = True
-        elif isinstance(ev, RunDone) and w1 is not None and isinstance(ev.stats, LaneStats):
+        elif isinstance(ev, LaneDone) and w1 is not None and isinstance(ev.stats, LaneStats):
             ev = dataclasses.replace(ev, stats=dataclasses.replace(ev.stats, cpu_wait_s=round(total, 4)))
         yield ev

@@ -73,7 +73,7 @@ def pieces_of(text: str, n: int = 3) -> list[str]:
 
 class ReplayClient:
     """Stands in for the worker group in the window's bridge: ready at once; each RunLanes command is answered from
-    a thread with LaneStarted, StepEvents at the lanes' rates, RunDone and RunFinished."""
+    a thread with LaneStarted, StepEvents at the lanes' rates, LaneDone and RunFinished."""
 
     def __init__(self, on_event=None, queue_events=False, tokens: int = 192, marks: dict | None = None,
                  main_tid: int = 0) -> None:
@@ -113,7 +113,7 @@ class ReplayClient:
         self._alive = False
 
     def _run(self, cmd) -> None:
-        from app.core.events import LaneStarted, RunDone, StepEvent
+        from app.core.events import LaneStarted, LaneDone, StepEvent
         from app.core.metrics import LaneStats
         from app.worker.messages import Heartbeat, RunFinished
 
@@ -153,7 +153,7 @@ class ReplayClient:
             ids = tuple(range(out))
             stats = LaneStats(lane.setup, lane.prompt_id, 0, out, wall, wall / 10, wall / 10, step, drafted, accepted,
                               step - 1 if drafted else 0, 0.0, wall / 2, ids, " ".join(map(str, ids)))
-            self.on_event(RunDone(lane.lane_id, stats))
+            self.on_event(LaneDone(lane.lane_id, stats))
         if not warm:
             self.marks["t1"] = (time.monotonic(), cpu_s(self.main_tid), cpu_s())
             self.marks["s1"] = switches()

@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -34,6 +33,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
+import scipy.stats
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -83,10 +85,13 @@ def gui_cpu(doc: dict) -> tuple[float, float]:
 
 
 def paired_summary(ratios: list[float], resamples: int = 4000, seed: int = 0) -> tuple[float, float, float]:
-    """(median, 5th, 95th percentile of the bootstrapped median) of per-round GUI/headless ratios."""
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
-    return statistics.median(ratios), meds[int(0.05 * (resamples - 1))], meds[int(0.95 * (resamples - 1))]
+    """(median, 5th, 95th percentile of the bootstrapped median) of per-round GUI/headless ratios: scipy's percentile
+    bootstrap with a fixed seed, so a summary of the same reports prints the same interval. One ratio: (r, r, r)."""
+    if len(ratios) < 2:  # nothing to resample (scipy refuses a single observation)
+        return (ratios[0],) * 3
+    ci = scipy.stats.bootstrap((ratios,), np.median, confidence_level=0.90, n_resamples=resamples, method="percentile",
+                               rng=np.random.default_rng(seed)).confidence_interval
+    return statistics.median(ratios), float(ci.low), float(ci.high)
 
 
 def pooled_round_ratios(headless: dict[str, dict[int, float]], gui: dict[str, dict[int, float]]) -> dict[int, float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.accounting import LaneRecorder, target_kind
+from app.core.accounting import LaneRecorder, StepFacts, target_kind
 
 EOS = 2
 
@@ -30,9 +30,9 @@ def test_target_kind(k, a, kind):
 
 def test_steps_fold_into_events_and_stats():
     r = rec()
-    e0 = r.step([5], accepted=0, t_verify_s=0.5, t_wall_s=0.6)  # step 0: the prefill
-    e1 = r.step([7, 8, 9], accepted=2, drafted_ids=[7, 8, 4], t_draft_s=0.1, t_verify_s=0.2, t_wall_s=0.35, draft_forwards=3)
-    e2 = r.step([3, 3, 3, 6], accepted=3, drafted_ids=[3, 3, 3], t_draft_s=0.1, t_verify_s=0.2, t_wall_s=0.3, draft_forwards=3)
+    e0 = r.step(StepFacts([5], accepted=0, t_verify_s=0.5, t_wall_s=0.6))  # step 0: the prefill
+    e1 = r.step(StepFacts([7, 8, 9], accepted=2, drafted_ids=[7, 8, 4], t_draft_s=0.1, t_verify_s=0.2, t_wall_s=0.35, draft_forwards=3))
+    e2 = r.step(StepFacts([3, 3, 3, 6], accepted=3, drafted_ids=[3, 3, 3], t_draft_s=0.1, t_verify_s=0.2, t_wall_s=0.3, draft_forwards=3))
     assert (e0.target_kind, e1.target_kind, e2.target_kind) == ("baseline", "correction", "bonus")
     assert e1.accepted_ids == (7, 8) and e1.rejected_ids == (4,) and e1.target_id == 9 and e1.rejected_pieces == ("<4>",)
     assert e1.pieces == ("<7>", "<8>", "<9>") and e2.emitted_ids == (3, 3, 3, 6)
@@ -47,31 +47,31 @@ def test_steps_fold_into_events_and_stats():
 
 def test_eos_among_accepted_drafts_ends_the_step_without_a_target_token():
     r = rec()
-    r.step([5], t_wall_s=0.1)
-    ev = r.step([7, EOS, 8, 9], accepted=3, drafted_ids=[7, EOS, 8])
+    r.step(StepFacts([5], t_wall_s=0.1))
+    ev = r.step(StepFacts([7, EOS, 8, 9], accepted=3, drafted_ids=[7, EOS, 8]))
     assert ev.emitted_ids == (7, EOS) and ev.accepted_count == 2 and ev.target_id is None and ev.target_kind == "correction"
     assert r.done and r.stop_reason == "eos" and r.finish().stats.accepted == 2
 
 
 def test_the_token_limit_truncates():
     r = rec(max_new=3)
-    r.step([5], t_wall_s=0.1)
-    ev = r.step([7, 8, 9], accepted=2, drafted_ids=[7, 8])
+    r.step(StepFacts([5], t_wall_s=0.1))
+    ev = r.step(StepFacts([7, 8, 9], accepted=2, drafted_ids=[7, 8]))
     assert ev.emitted_ids == (7, 8) and ev.target_id is None and r.done and r.stop_reason == "length"
     assert r.finish().stats.new_tokens == 3
 
 
-def test_counts_only_and_reference_steps():
+def test_counts_only_and_library_steps():
     r = rec()
-    r.step([5], kind="baseline", t_wall_s=0.1)
-    ev = r.step([6, 7, 8], accepted=2, drafted_count=4)  # a backend that reports counts, not ids
+    r.step(StepFacts([5], kind="baseline", t_wall_s=0.1))
+    ev = r.step(StepFacts([6, 7, 8], accepted=2, drafted_count=4))  # a backend that reports counts, not ids
     assert ev.k == 4 and ev.drafted_ids == () and ev.drafted_count == 4 and ev.target_kind == "correction" and ev.target_id == 8
     ref = rec()
-    ev = ref.step([4, 5, 6], kind="reference", t_wall_s=0.2)
-    assert ev.target_kind == "reference" and ev.pieces == ("<4>", "<5>", "<6>") and ev.accepted_count == 0 and ev.k == 0
-    ref.override(wall_s=1.0, ttft_s=0.3, reference=True)
+    ev = ref.step(StepFacts([4, 5, 6], kind="library", t_wall_s=0.2))
+    assert ev.target_kind == "library" and ev.pieces == ("<4>", "<5>", "<6>") and ev.accepted_count == 0 and ev.k == 0
+    ref.override(wall_s=1.0, ttft_s=0.3, library=True)
     st = ref.finish().stats
-    assert st.wall_s == 1.0 and st.ttft_s == 0.3 and st.reference and st.new_tokens == 3
+    assert st.wall_s == 1.0 and st.ttft_s == 0.3 and st.library and st.new_tokens == 3
     with pytest.raises(TypeError):
         ref.override(new_tokens=9)
 
@@ -79,11 +79,11 @@ def test_counts_only_and_reference_steps():
 def test_target_probs_follow_truncation_and_cancel_is_kept():
     r = rec()
     seen = []
-    r.step([5], t_wall_s=0.1)
-    r.step([7, EOS, 9], accepted=2, drafted_ids=[7, EOS], target_probs=lambda a, t: seen.append((a, t)) or [0.9] * a)
+    r.step(StepFacts([5], t_wall_s=0.1))
+    r.step(StepFacts([7, EOS, 9], accepted=2, drafted_ids=[7, EOS], target_probs=lambda a, t: seen.append((a, t)) or [0.9] * a))
     assert seen == [(2, None)]
     r2 = rec()
-    r2.step([5], t_wall_s=0.1)
+    r2.step(StepFacts([5], t_wall_s=0.1))
     r2.stop("cancelled")
     done = r2.finish()
     assert done.cancelled and done.stats.stop_reason == "cancelled" and r2.done
@@ -95,12 +95,12 @@ def test_theory_is_not_applicable_when_every_draft_was_verified_by_the_prompt_fo
     from app.core.metrics import summarize
 
     base = LaneRecorder("L1", "baseline", "p", 0, 4, {EOS}, Detok())
-    base.step([5], t_verify_s=0.2, t_wall_s=0.25)
+    base.step(StepFacts([5], t_verify_s=0.2, t_wall_s=0.25))
     for t in (6, 7, 8):
-        base.step([t], t_verify_s=0.1, t_wall_s=0.1)
+        base.step(StepFacts([t], t_verify_s=0.1, t_wall_s=0.1))
     b = base.finish().stats
     r = LaneRecorder("L2", "draft:x,k=10", "p", 0, 4, {EOS}, Detok())
-    r.step([5, 6, 7, 8], accepted=3, drafted_ids=[5, 6, 7], t_draft_s=0.3, t_verify_s=0.3, t_wall_s=0.6, draft_forwards=3)
+    r.step(StepFacts([5, 6, 7, 8], accepted=3, drafted_ids=[5, 6, 7], t_draft_s=0.3, t_verify_s=0.3, t_wall_s=0.6, draft_forwards=3))
     s = r.finish().stats
     assert s.step0_drafted == 3 and s.t_draft_s == 0.0 and s.draft_forwards == 0
     rows = {x.setup: x for x in summarize([b, s.with_baseline(b)])}
@@ -109,7 +109,7 @@ def test_theory_is_not_applicable_when_every_draft_was_verified_by_the_prompt_fo
 
 
 def test_a_report_that_cannot_be_written_goes_somewhere_named(tmp_path, monkeypatch):
-    from app.commands.worker_run import write_json as _write_json
+    from app.core.report import write_json as _write_json
 
     monkeypatch.chdir(tmp_path)
     where = _write_json({"a": 1}, str(tmp_path / "gone" / "r.json"))

@@ -90,3 +90,17 @@ def test_theory_applies_when_everything_was_drafted_in_step_0():
                 drafted=31, accepted=18)
     s = {x.setup: x for x in summarize([base, spec])}["draft:d,k=32"]
     assert s.theoretical_speedup == pytest.approx(base.wall_s / (0.4 + 0.1 + 0.01))
+
+
+def test_a_profile_measured_under_contention_is_flagged_and_named_in_the_table():
+    from app.core.costs import CONTENDED_SPREAD, CONTENDED_WAIT, CostProfile
+    from app.core.report_text import render_profiles
+
+    base = dict(engine="e", backend="hf", precision="float32", device="cpu", weights="w", machine="m", ns=(1, 2), times_s=(0.05, 0.06))
+    assert not CostProfile(**base, cpu_wait_share=0.01, spread=0.05).contended
+    assert CostProfile(**base, cpu_wait_share=CONTENDED_WAIT + 0.01).contended
+    assert CostProfile(**base, spread=CONTENDED_SPREAD + 0.01).contended
+    old = CostProfile.from_json({k: v for k, v in CostProfile(**base).to_json().items() if k not in ("cpu_wait_share", "spread")})
+    assert not old.contended  # a profile cached before these fields reads as it was
+    text = render_profiles([CostProfile(**base, cpu_wait_share=0.4, spread=0.1).to_json()])
+    assert "e (hf float32) !" in text and "waited 40 % of the time" in text and "not cached" in text

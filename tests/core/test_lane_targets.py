@@ -89,3 +89,20 @@ def test_category_speedups_use_each_lanes_own_baseline():
     doc = build_report("t", "cpu", "float32", runs, extra={"categories": {"a": "coding", "b": "qa"}})
     rows = {line.split()[0]: line.split()[1:] for line in render_categories(doc).splitlines()[2:]}
     assert rows[f"baseline@{LC}"] == ["1.00x", "1.00x"] and rows[f"ngram@{LC}"] == ["0.50x", "2.00x"]
+
+
+def test_lanes_on_a_target_of_another_tokenizer_are_not_compared_by_token_id():
+    """A run with SmolLM2 as target and the Qwen llama.cpp engine beside it: ids of two vocabularies are never
+    compared (no `ref @0`); the table says so."""
+    from app.core.report_text import render_summary
+
+    plan = RunPlan("smollm2-135m-instruct", ("baseline", f"baseline@{LC}"), (Prompt("p", "hi"),), Sampling(max_new_tokens=4))
+    assert plan.report_reference == "baseline"
+    assert not plan.same_tokenizer(f"baseline@{LC}", "baseline") and plan.same_tokenizer("baseline", "baseline")
+    runs = [_st("baseline", (1, 2, 3, 4), 1.0), _st(f"baseline@{LC}", (9, 9, 9, 9), 1.0)]
+    out = {r.setup: r for r in attach_baseline(runs, "baseline", plan.same_tokenizer)}
+    assert out[f"baseline@{LC}"].reference_divergence is None and out[f"baseline@{LC}"].reference_comparable is False
+    doc = build_report("smollm2-135m-instruct", "cpu", "float32", runs, reference="baseline", comparable=plan.same_tokenizer)
+    row = next(r for r in doc["runs"] if r["setup"] == f"baseline@{LC}")
+    assert row["reference_comparable"] is False
+    assert "ref: other tokenizer" in render_summary(doc) and "ref @0" not in render_summary(doc)

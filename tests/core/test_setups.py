@@ -6,7 +6,7 @@ from app.core.errors import SetupError
 from app.core.setups import Sampling, grammar, parse_setup
 from app.lanes.baseline import Baseline
 from app.lanes.draft import DraftModel
-from app.lanes.hf_reference import HFAssisted, HFLookup
+from app.lanes.hf_library import HFAssisted, HFLookup
 from app.lanes.ngram import NGram
 from app.lanes.trtllm import TRTLLM
 

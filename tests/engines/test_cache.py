@@ -26,7 +26,8 @@ from app.engines.cache import (
     weights_present,
 )
 from app.engines.gguf_header import gguf_fp32_bytes
-from app.engines.registry import load_manifest, resolve, resolve_package_path
+from app.engines.manifest import resolve_package_path
+from app.engines.registry import load_manifest, resolve
 
 
 @pytest.fixture
@@ -258,18 +259,18 @@ def test_disk_filling_up_while_writing_names_the_folder_and_the_fix(tmp_path, sm
 
 
 def test_disk_full_is_recognised_through_other_libraries_errors():
-    from app.engines.cache import _is_disk_full
+    from app.engines.cache import is_disk_full
 
-    assert _is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
-    assert _is_disk_full(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"))
     try:
         try:
             raise OSError(errno.ENOSPC, "full")
         except OSError:
             raise RuntimeError("wrapped") from None  # context still holds the OSError
     except RuntimeError as e:
-        assert _is_disk_full(e)
-    assert not _is_disk_full(OSError(errno.EACCES, "Permission denied"))
+        assert is_disk_full(e)
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
 
 
 CONVERT_ONE = """
@@ -336,3 +337,15 @@ def test_convert_quiet_prints_nothing_but_the_result(tmp_path, cache, tiny_gguf,
     out, err = capfd.readouterr()
     assert err == ""
     assert out.startswith("tiny-quiet: ready in ") and out.count("\n") == 1
+
+
+def test_an_unwritable_cache_is_one_error_naming_the_fix(tmp_path):
+    """XDG_CACHE_HOME where nothing can be written: the conversion says where and what to set, before any work."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": "/proc"}
+    r = subprocess.run([sys.executable, "-m", "app", "convert", "smollm2-135m-instruct"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2
+    assert "cannot write the converted weights of smollm2-135m-instruct in /proc/specdeck" in r.stderr
+    assert "fix: set XDG_CACHE_HOME to a folder you can write to" in r.stderr and "Traceback" not in r.stderr

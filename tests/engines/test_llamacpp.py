@@ -6,6 +6,7 @@ only where asked, crop, one KV cache per lane), the loop's lanes on it, a draft 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -13,9 +14,10 @@ import pytest
 import torch
 
 from app.core.errors import EngineError
-from app.core.events import RunDone, RunError, StepEvent
+from app.core.events import LaneDone, RunError, StepEvent
 from app.core.setups import Sampling
-from app.engines.registry import EngineManifest, load_manifest, resolve
+from app.engines.manifest import EngineManifest
+from app.engines.registry import load_manifest, resolve
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by `make` (pyproject dependency)")
 
@@ -81,10 +83,10 @@ def test_decode_state_logits_where_asked_and_crop(eng):
 
 
 def _lane(target, drafter, ids, max_new=32):
-    from app.speculative.loop import run_lane
+    from tests.helpers import run_lane
 
     evs = list(run_lane(target, drafter, ids, Sampling(max_new_tokens=max_new)))
-    assert isinstance(evs[-1], RunDone)
+    assert isinstance(evs[-1], LaneDone)
     return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
 
 
@@ -148,7 +150,7 @@ def test_a_llamacpp_draft_serves_a_pytorch_target(tmp_path):
     spec = LaneSpec("L1", f"draft:{LC_SMOL},k=4", "p", LONG)
     evs = list(lane_events(pool, "smollm2-135m-instruct", spec, Sampling(max_new_tokens=24), chat=True, cancelled=lambda: False))
     done = evs[-1]
-    assert isinstance(done, RunDone), evs[-1]
+    assert isinstance(done, LaneDone), evs[-1]
     assert done.stats.new_tokens == 24 and done.stats.accepted / done.stats.drafted > 0.5
 
 
@@ -191,8 +193,18 @@ def test_bad_input_is_one_clear_error(tmp_path, monkeypatch):
     base = f'backend = "llamacpp"\n[source]\ngguf = "{gguf}"\n'
     with pytest.raises(EngineError, match="unknown key 'n_gpu' in \\[llamacpp\\]"):
         LlamaCppEngine(_manifest_file(tmp_path, base + "[llamacpp]\nn_gpu = 1\n"))
-    with pytest.raises(EngineError, match="n_ctx must be a positive integer"):
+    with pytest.raises(EngineError, match=r"n_ctx must be >= 16 \(positions of a lane's context.*\), got 0"):
         LlamaCppEngine(_manifest_file(tmp_path, base + "[llamacpp]\nn_ctx = 0\n"))
+    # every number bounded by what llama.cpp and the machine allow, naming the key: no 32-bit wrap, no OOM kill
+    with pytest.raises(EngineError, match=r"\[llamacpp\] n_ctx must be <= 1048576 .*, got 100000000000"):
+        _manifest_file(tmp_path, base + "[llamacpp]\nn_ctx = 100000000000\n")
+    with pytest.raises(EngineError, match=rf"\[llamacpp\] n_threads must be <= {os.cpu_count()} \(CPU threads; this machine has"):
+        _manifest_file(tmp_path, base + f"[llamacpp]\nn_threads = {(os.cpu_count() or 1) + 1}\n")
+    with pytest.raises(EngineError, match=r"\[llamacpp\] n_batch must be <= 8192 \(tokens per llama_decode call\), got 1000000"):
+        _manifest_file(tmp_path, base + "[llamacpp]\nn_batch = 1000000\n")
+    with pytest.raises(EngineError, match=r"n_ctx = 100000 is more than the 8192 positions the model was trained for") as ei:
+        LlamaCppEngine(_manifest_file(tmp_path, base + "[llamacpp]\nn_ctx = 100000\n"))  # SmolLM2 was trained on 8,192
+    assert "set n_ctx to at most 8192" in str(ei.value)
     with pytest.raises(EngineError, match="run on the CPU in this build"):
         LlamaCppEngine(_manifest_file(tmp_path, base), device="cuda")
     with pytest.raises(EngineError, match="needs a GGUF source|exactly one of gguf, gguf_parts"):
@@ -235,18 +247,18 @@ def test_llamacpp_lookup_reference_lane(eng):
     lanes = [LaneSpec(f"L{i}", s, "p", prompt, group="g") for i, s in enumerate(("baseline", "llamacpp-lookup:k=4", "llamacpp-lookup"))]
     out: list = []
     schedule(lanes, lambda spec: lane_events(pool, "lc", spec, Sampling(max_new_tokens=40), True, lambda: False), "interleaved", out.append)
-    done = {e.lane_id: e.stats for e in out if isinstance(e, RunDone)}
+    done = {e.lane_id: e.stats for e in out if isinstance(e, LaneDone)}
     assert set(done) == {"L0", "L1", "L2"}, [e for e in out if isinstance(e, RunError)]
     base = done["L0"]
     for lid in ("L1", "L2"):
         st = done[lid]
-        assert st.reference and st.drafted == 0 and st.new_tokens > 0
+        assert st.library and st.drafted == 0 and st.new_tokens > 0
         d = first_divergence(list(base.output_ids), list(st.output_ids))
         assert st.output_ids[:d] == base.output_ids[:d] if d is not None else st.output_ids == base.output_ids
     steps = [e for e in out if isinstance(e, StepEvent) and e.lane_id == "L2"]
-    assert all(e.target_kind == "reference" for e in steps) and sum(len(e.emitted_ids) for e in steps) == done["L2"].new_tokens
+    assert all(e.target_kind == "library" for e in steps) and sum(len(e.emitted_ids) for e in steps) == done["L2"].new_tokens
     assert len(eng.lookup_pool) == 2  # one Llama per interleaved lane, returned for the next run
-    from app.speculative.llamacpp_lookup import LlamaLookupRunner
+    from app.runners.llamacpp_lookup import LlamaLookupRunner
 
     class Hf:
         backend, name = "hf", "smollm2-135m-instruct"

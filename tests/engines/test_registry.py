@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import EngineError
-from app.engines.registry import REPO_ENGINES, list_manifests, load_manifest, resolve, resolve_package_path
+from app.engines.manifest import resolve_package_path
+from app.engines.registry import REPO_ENGINES, list_manifests, load_manifest, resolve
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

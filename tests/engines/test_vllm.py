@@ -19,9 +19,9 @@ import pytest
 from app.core.errors import EngineError
 from app.core.metrics import first_divergence
 from app.engines.cache import prepare
-from app.engines.registry import load_manifest, resolve
-from app.engines.remote import RemoteEngine
-from app.speculative.remote import VLLM_STEPS_NOTE, RemoteRunner
+from app.engines.openai_api import RemoteEngine
+from app.engines.registry import load_manifest, open_engine, resolve
+from app.runners.openai_stream import VLLM_STEPS_NOTE, RemoteRunner
 from tests.engines.servers import ServerProcess, free_port, remote_lane, remote_manifest
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def lane(engine: RemoteEngine, max_new: int = 40, **kw):
 
 
 def test_vllm_steps_and_counts_from_a_real_server(vllm, tmp_path):
-    eng = RemoteEngine(load_manifest(manifest(tmp_path, vllm.url, metrics_url=vllm.url + "/metrics")))
+    eng = open_engine(load_manifest(manifest(tmp_path, vllm.url, metrics_url=vllm.url + "/metrics")))
     assert eng.server == "vllm"
     lane(eng, 8)  # the first request warms the server up (and tells the engine k)
     assert eng.spec_k == K
@@ -79,14 +79,14 @@ def test_vllm_steps_and_counts_from_a_real_server(vllm, tmp_path):
 
 
 def test_sampling_and_a_wrong_model_name(vllm, tmp_path):
-    eng = RemoteEngine(load_manifest(manifest(tmp_path, vllm.url)))
+    eng = open_engine(load_manifest(manifest(tmp_path, vllm.url)))
     steps, st = lane(eng, 24, temperature=0.8, top_p=0.95, seed=7)
     assert st.new_tokens == sum(len(e.emitted_ids) for e in steps) > 0 and st.counts_source == "engine"
     assert 0 <= st.accepted <= st.drafted  # sampled drafts can be rejected: counts still from the server
     bad = manifest(tmp_path, vllm.url)
     bad.write_text(bad.read_text().replace('model = "smollm2"', 'model = "llama-405b"'))
     with pytest.raises(EngineError, match="serves smollm2, not 'llama-405b'") as e:  # vLLM checks the model name
-        RemoteEngine(load_manifest(bad))
+        open_engine(load_manifest(bad))
     assert "set model = 'smollm2'" in str(e.value)
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.core.events import RunDone, StepEvent
+from app.core.events import LaneDone, StepEvent
 from app.core.metrics import first_divergence
 from app.core.setups import Sampling
 from app.engines.hf import HFEngine
 from app.engines.registry import resolve
 from app.speculative.drafters import DraftModelDrafter, NGramDrafter
-from app.speculative.loop import run_lane
+from tests.helpers import run_lane
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
@@ -35,7 +35,7 @@ def tiny_low_precision_drafts(tiny_pair):
 
 def run(target, drafter, ids, sampling):
     evs = list(run_lane(target, drafter, ids, sampling))
-    assert isinstance(evs[-1], RunDone)
+    assert isinstance(evs[-1], LaneDone)
     return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
 
 
@@ -172,7 +172,7 @@ def test_cancel_between_steps(tiny):
 
     evs = list(run_lane(target, DraftModelDrafter(draft, 2), ids, Sampling(max_new_tokens=200), cancelled=cancelled))
     done = evs[-1]
-    assert isinstance(done, RunDone) and done.cancelled and done.stats.stop_reason == "cancelled"
+    assert isinstance(done, LaneDone) and done.cancelled and done.stats.stop_reason == "cancelled"
     assert done.stats.steps == 4  # prefill step + 3 steps before the 4th poll said stop
 
 
@@ -241,7 +241,7 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
         rec = LaneRecorder("lane", setup.label, "p", 0, s.max_new_tokens, target.eos_ids, target.detokenizer(ids))
         evs = list(drive(runner, rec, ids, s))
         st = evs[-1].stats
-        assert st.reference and st.output_ids == base.output_ids, text
+        assert st.library and st.output_ids == base.output_ids, text
         assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == before, text
 
 

@@ -17,7 +17,6 @@ from app.core.events import StepEvent
 from app.core.setups import Sampling, parse_setup
 from app.engines.hf import HFEngine
 from app.engines.registry import resolve
-from app.speculative.loop import run_lane
 from app.speculative.redrafter import (
     HeadConfig,
     HeadManifest,
@@ -28,6 +27,7 @@ from app.speculative.redrafter import (
     load_head,
     save_head,
 )
+from tests.helpers import run_lane
 
 
 @pytest.fixture

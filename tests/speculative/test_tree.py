@@ -8,14 +8,14 @@ import torch
 from scipy.stats import chisquare
 
 from app.core.errors import SetupError
-from app.core.events import RunDone, StepEvent
+from app.core.events import LaneDone, StepEvent
 from app.core.setups import Sampling, parse_setup
 from app.engines.hf import HFEngine
 from app.engines.registry import resolve
-from app.speculative.loop import run_lane
 from app.speculative.tree import DraftTree, TreeVerdict, parse_shape, verify_tree_greedy, verify_tree_sampling
 from app.speculative.tree_drafter import TreeDrafter
 from app.speculative.verifier import sample
+from tests.helpers import run_lane
 
 V = 4
 
@@ -212,7 +212,7 @@ PROMPTS = [
 
 def _run(target, drafter, ids, sampling):
     evs = list(run_lane(target, drafter, ids, sampling))
-    assert isinstance(evs[-1], RunDone)
+    assert isinstance(evs[-1], LaneDone)
     return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
 
 

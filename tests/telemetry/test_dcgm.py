@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from app.core.prometheus import MetricsError
 from app.telemetry.dcgm import DcgmReader, gpus_from_dcgm
+from app.telemetry.prometheus import MetricsError
 from app.telemetry.sampler import TelemetrySampler
 from app.telemetry.samples import GpuSample, TelemetrySample
 

@@ -42,7 +42,8 @@ def test_rolling_figures_are_computed_once_per_step_and_match_the_whole_history_
     computed as it arrives. They must equal the old whole-history formula."""
     from app.core.prompts import Prompt
     from app.core.setups import Sampling
-    from app.ui.plots import _ALPHA, _RATE, PlotPanel
+    from app.ui.plot_parts import COL_ALPHA, COL_RATE
+    from app.ui.plots import PlotPanel
     from app.worker.plan import RunPlan
 
     plots = PlotPanel(window_s=0.3, alpha_window=4)
@@ -64,8 +65,8 @@ def test_rolling_figures_are_computed_once_per_step_and_match_the_whole_history_
         da = np.where(idx > 0, acc - acc[ja], acc)
         dd = np.where(idx > 0, dr - dr[ja], dr)
         alpha = np.where(dd > 0, da / dd, np.nan)
-    np.testing.assert_allclose(v[:, _RATE], rate)
-    np.testing.assert_allclose(v[:, _ALPHA], alpha)
+    np.testing.assert_allclose(v[:, COL_RATE], rate)
+    np.testing.assert_allclose(v[:, COL_ALPHA], alpha)
 
 
 def test_during_a_run_plots_and_lane_text_draw_at_capped_rates(qtbot, win):
@@ -112,7 +113,7 @@ def test_during_a_run_plots_and_lane_text_draw_at_capped_rates(qtbot, win):
 
 
 def test_live_plots_off_draws_once_at_the_end(qtbot, win):
-    from app.core.events import RunDone
+    from app.core.events import LaneDone
     from app.worker.messages import RunFinished
 
     win.live_plots_action.setChecked(False)
@@ -123,7 +124,7 @@ def test_live_plots_off_draws_once_at_the_end(qtbot, win):
         qtbot.wait(10)
     assert win.plots.redraws == r0 and win.plots.buffer_len("L1") == 40  # the data is kept
     for lid, s in zip(("L1", "L2", "L3"), SETUPS, strict=True):
-        win.bridge.feed(RunDone(lid, make_stats(s, (1, 2, 3), 1.0)))
+        win.bridge.feed(LaneDone(lid, make_stats(s, (1, 2, 3), 1.0)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
     assert win.plots.redraws == r0 + 1 and len(win.plots._series["1: baseline tok/s"][0]) == 40
@@ -175,7 +176,7 @@ def test_load_note_only_on_few_cores_and_a_busy_window(gui, cores, said):
 
 
 def test_the_window_says_when_its_own_load_may_have_slowed_the_lanes(qtbot, win, monkeypatch):
-    from app.core.events import LaneStarted, RunDone
+    from app.core.events import LaneDone, LaneStarted
     from app.worker.messages import RunFinished
 
     class FakeSampler:
@@ -199,7 +200,7 @@ def test_the_window_says_when_its_own_load_may_have_slowed_the_lanes(qtbot, win,
     win.bridge.feed(LaneStarted("L1", SETUPS[0], "custom", 0, (1,), "x"))
     qtbot.wait(500)
     for lid, s in zip(("L1", "L2", "L3"), SETUPS, strict=True):
-        win.bridge.feed(RunDone(lid, make_stats(s, (1, 2, 3), 1.0)))
+        win.bridge.feed(LaneDone(lid, make_stats(s, (1, 2, 3), 1.0)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
     note = "the window used 14% of a core during the run; on 2 cores that can slow the lanes"
@@ -354,7 +355,7 @@ def test_on_few_cores_the_plot_view_is_held_between_redraws(qtbot, win, monkeypa
     from PySide6.QtGui import QEnterEvent
     from PySide6.QtWidgets import QApplication
 
-    from app.core.events import LaneStarted, RunDone
+    from app.core.events import LaneDone, LaneStarted
     from app.ui import plots as plots_module
     from app.ui.plots import HOLD_AFTER_MS
     from app.worker.messages import RunFinished
@@ -385,7 +386,7 @@ def test_on_few_cores_the_plot_view_is_held_between_redraws(qtbot, win, monkeypa
     assert plots.glw.updatesEnabled()  # the user looks at the plots: live again
     QApplication.sendEvent(vp, QEvent(QEvent.Type.Leave))
     for lid, s in zip(("L1", "L2", "L3"), SETUPS, strict=True):
-        win.bridge.feed(RunDone(lid, make_stats(s, (1, 2, 3), 1.0)))
+        win.bridge.feed(LaneDone(lid, make_stats(s, (1, 2, 3), 1.0)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
     qtbot.wait(HOLD_AFTER_MS + 100)
@@ -400,7 +401,7 @@ def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkey
     from PySide6.QtGui import QEnterEvent
     from PySide6.QtWidgets import QApplication
 
-    from app.core.events import LaneStarted, RunDone
+    from app.core.events import LaneDone, LaneStarted
     from app.ui import lane_view
     from app.worker.messages import RunFinished
 
@@ -440,10 +441,10 @@ def test_a_lanes_scroll_bar_is_held_during_a_run_on_few_cores(qtbot, win, monkey
         qtbot.wait(110)
         seen.append(sb.updatesEnabled())
     assert any(seen) and seen.count(True) <= len(seen) // 2, seen
-    win.bridge.feed(RunDone("L1", make_stats(SETUPS[0], (1, 2, 3), 1.0)))
+    win.bridge.feed(LaneDone("L1", make_stats(SETUPS[0], (1, 2, 3), 1.0)))
     assert sb.updatesEnabled()  # the lane ended (no more text): its bar is painted where it stopped
     for lid, s in zip(("L2", "L3"), SETUPS[1:], strict=True):
-        win.bridge.feed(RunDone(lid, make_stats(s, (1, 2, 3), 1.0)))
+        win.bridge.feed(LaneDone(lid, make_stats(s, (1, 2, 3), 1.0)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
     assert sb.updatesEnabled()  # the run ended: never held between runs
@@ -504,6 +505,8 @@ def test_gui_vs_headless_pairs_each_round_and_says_what_the_rounds_show(tmp_path
     assert lo <= med <= hi and lo >= 0.95 and mod.verdict(lo, hi) == "within 5 % of headless"
     assert mod.verdict(*mod.paired_summary([0.90, 0.91, 0.92, 0.90])[1:]) == "more than 5 % slower than headless"
     assert mod.verdict(*mod.paired_summary([0.90, 1.00, 0.93, 0.99, 0.96])[1:]).startswith("not decided")
+    assert mod.paired_summary([0.90, 1.00, 0.93]) == mod.paired_summary([0.90, 1.00, 0.93])  # seeded: reproducible
+    assert mod.paired_summary([0.95]) == (0.95, 0.95, 0.95)  # one round: nothing to resample
 
     # each round pooled over its setups (geometric mean); a setup missing on one side leaves that round's others
     pooled = mod.pooled_round_ratios({"a": {0: 10.0, 1: 10.0}, "b": {0: 20.0, 1: 20.0}},

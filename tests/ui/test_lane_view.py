@@ -179,11 +179,12 @@ def test_counts_only_steps_keep_their_kinds():
     """TensorRT-LLM's LLM API reports how many drafts it made, not which: the target token is still a correction."""
     from app.core.events import StepEvent
     from app.core.metrics import LaneAccumulator
-    from app.ui.lane_view import _K, tokens_of_step
+    from app.ui.lane_view import tokens_of_step
+    from app.ui.theme import KINDS
 
     ev = StepEvent("L", 3, (), 1, 9, "correction", 0.0, 0.1, 0.1, (5, 9), ("a", "b"), drafted_count=4)
     toks = tokens_of_step(ev)
-    assert [t.kind for t in toks] == [_K["accepted"], _K["correction"]]
+    assert [KINDS[t.kind] for t in toks] == ["accepted", "correction"]  # Token.kind indexes KINDS
     acc = LaneAccumulator()
     acc.add(ev)
     assert acc.drafted == 4 and acc.per_position_drafted == [1, 1, 1, 1] and acc.per_position_accepted == [1, 0, 0, 0]
@@ -194,7 +195,7 @@ def test_tree_steps_show_their_tree_in_the_tooltip_and_depth_acceptance_in_the_h
     accepted path marked and the rejected branches struck; the header gives nodes per step and acceptance by depth."""
     from PySide6.QtGui import QTextCursor
 
-    from app.core.accounting import LaneRecorder
+    from app.core.accounting import LaneRecorder, StepFacts
     from app.core.events import TreeStep
     from app.ui.lane_view import LaneView
     from app.ui.theme import LIGHT
@@ -209,8 +210,8 @@ def test_tree_steps_show_their_tree_in_the_tooltip_and_depth_acceptance_in_the_h
     rec = LaneRecorder("l", "tree:x", "p", 0, 50, [], Detok())
     # root → b(0) → d(2) ; root → c(1) ; b → e(3): accepted b, d, then target f
     tree = TreeStep((1, 2, 3, 4), (-1, -1, 0, 0), (0, 2))
-    ev0 = rec.step([0], t_draft_s=0, t_verify_s=0.01)
-    ev1 = rec.step([1, 3, 5], accepted=2, drafted_ids=[1, 3], drafted_count=4, kind="bonus", t_verify_s=0.01, tree=tree)
+    ev0 = rec.step(StepFacts([0], t_draft_s=0, t_verify_s=0.01))
+    ev1 = rec.step(StepFacts([1, 3, 5], accepted=2, drafted_ids=[1, 3], drafted_count=4, kind="bonus", t_verify_s=0.01, tree=tree))
     assert ev1.k == 4 and ev1.tree.pieces == ("b", "c", "d", "e") and ev1.rejected_pieces == ()
     v = LaneView(0, "#0072B2", LIGHT)
     qtbot.addWidget(v)

@@ -224,13 +224,13 @@ def test_heartbeats_keep_a_slow_worker_from_being_called_silent(qtbot, win):
 def _finish_with(qtbot, win, lane2):
     """A run whose lane 2 ends with `lane2` (baseline and lane 3 ordinary); returns (table, column index, row index
     by setup) of the results."""
-    from app.core.events import RunDone
+    from app.core.events import LaneDone
     from app.worker.messages import RunFinished
 
     rid, _ = _start(qtbot, win)
-    win.bridge.feed(RunDone("L1", make_stats("baseline", (5, 6, 7, 8), 1.0)))
-    win.bridge.feed(RunDone("L2", lane2))
-    win.bridge.feed(RunDone("L3", make_stats(SETUPS[2], (5, 6, 7, 8), 0.8, drafted=3, accepted=1)))
+    win.bridge.feed(LaneDone("L1", make_stats("baseline", (5, 6, 7, 8), 1.0)))
+    win.bridge.feed(LaneDone("L2", lane2))
+    win.bridge.feed(LaneDone("L3", make_stats(SETUPS[2], (5, 6, 7, 8), 0.8, drafted=3, accepted=1)))
     with qtbot.waitSignal(win.runEnded, timeout=2000):
         win.bridge.feed(RunFinished(rid))
     t = win.results.table

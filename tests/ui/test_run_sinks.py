@@ -28,9 +28,9 @@ def _start(qtbot, w):
 
 
 def _done(w, lane_id, stats, t=None):
-    from app.core.events import RunDone
+    from app.core.events import LaneDone
 
-    w.bridge.feed(RunDone(lane_id, stats), t)
+    w.bridge.feed(LaneDone(lane_id, stats), t)
 
 
 def test_run_sends_the_plan_warm_up_first(qtbot, win):

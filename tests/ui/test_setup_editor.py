@@ -127,22 +127,11 @@ def test_typed_values_survive_field_edits_and_optional_params_unset(qtbot):
     assert ed.setup() == "draft:small,k=4"
 
 
-def test_no_kind_lists_in_the_ui():
-    """The editor reads the registry: no per-kind isinstance chains or METHODS tables under app/ui."""
-    import re
-    from pathlib import Path
-
-    import app.ui
-
-    for p in Path(app.ui.__file__).parent.glob("*.py"):
-        src = p.read_text(encoding="utf-8")
-        assert not re.search(r"\bMETHODS\b|DraftModel|NGram|HFAssisted|HFLookup|TRTLLM\b", src), p
-
-
 def _status(name, tok, usable=True, reason="", backend="hf"):
     from app.engines.status import EngineStatus
 
-    return EngineStatus(name, backend, name, "float32", "cpu", 1, usable, usable, usable, reason, tok, "")
+    return EngineStatus(name, backend, name, "float32", "cpu", 1, usable, usable, usable, reason, tok, "",
+                        steps=backend in ("hf", "llamacpp"))  # as app.engines.backends declares them
 
 
 def test_draft_picker_lists_only_compatible_engines_and_greys_unusable(qtbot):
@@ -349,6 +338,30 @@ def test_a_toy_setup_type_gets_its_declared_controls_and_round_trips(qtbot, toy_
         ed.line.textEdited.emit(bad)
         assert not ed.valid and why in ed.error_text and "toy:<engine>" in ed.error_text
     assert "toy:<engine>" in grammar()
+
+
+def test_the_gui_knows_a_kind_only_from_the_registry(qtbot, toy_kind):
+    """A kind registered here alone is offered and edited by the setup editor and kept by a saved session; once
+    unregistered, it is gone from both: no part of the GUI that handles setups keeps a list of kinds of its own."""
+    from app.core.errors import SpecDeckError
+    from app.core.setups import register, unregister
+    from app.ui.session import Session
+    from app.ui.setup_editor import SetupEditor
+
+    session = Session.from_json({"target": "t", "setups": ["baseline", "toy:a-toy,depth=3"], "prompt": "p"})
+    assert Session.from_json(session.to_json()) == session
+    ed = SetupEditor("toy:a-toy,depth=3")
+    qtbot.addWidget(ed)
+    assert ed.valid and ed.method.currentData() == "toy" and ed.control("depth").value() == 3
+    unregister("toy")
+    try:
+        gone = SetupEditor("baseline")
+        qtbot.addWidget(gone)
+        assert gone.method.findData("toy") == -1
+        with pytest.raises(SpecDeckError, match="setup 2"):
+            Session.from_json(session.to_json())
+    finally:
+        register(toy_kind)  # the fixture unregisters it at teardown
 
 
 def test_a_lane_can_run_on_its_own_target(qtbot):

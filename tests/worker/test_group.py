@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from app.core.events import RunDone, RunError
+from app.core.events import LaneDone, RunError
 from app.core.setups import Sampling
 from app.worker import group as group_mod
 from app.worker.group import WorkerGroup, segments
@@ -43,7 +43,7 @@ def test_segments_keep_the_order_and_group_environments():
 
 
 class FakeClient:
-    """Answers RunLanes with one RunDone per lane (or waits for a Cancel when `hold` is set), then RunFinished."""
+    """Answers RunLanes with one LaneDone per lane (or waits for a Cancel when `hold` is set), then RunFinished."""
 
     made: list[FakeClient] = []
 
@@ -72,7 +72,7 @@ class FakeClient:
         if self.hold is not None and wait_for_cancel.is_set():
             cancelled = self.hold.wait(5)
         for s in cmd.lanes:
-            self.on_event(RunDone(s.lane_id, None, cancelled=cancelled))
+            self.on_event(LaneDone(s.lane_id, None, cancelled=cancelled))
         self.on_event(RunFinished(cmd.run_id, cancelled=cancelled))
 
     def stop(self, timeout=5.0):
@@ -108,7 +108,7 @@ def _until_finished(g: WorkerGroup, run_id: str) -> list:
 def test_a_mixed_run_is_one_run_to_the_caller(group):
     group.send(_run("interleaved"))
     evs = _until_finished(group, "r")
-    done = [e.lane_id for e in evs if isinstance(e, RunDone)]
+    done = [e.lane_id for e in evs if isinstance(e, LaneDone)]
     assert done == ["p#0/L1", "p#0/L3", "p#0/L2", "p#1/L1", "p#1/L3", "p#1/L2"]
     assert [e for e in evs if isinstance(e, RunFinished)] == [RunFinished("r", cancelled=False)]  # sub-runs hidden
     own, foreign = FakeClient.made

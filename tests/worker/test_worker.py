@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from app.core.events import LaneStarted, Progress, RunDone, RunError, StepEvent
+from app.core.events import LaneDone, LaneStarted, Progress, RunError, StepEvent
 from app.core.setups import Sampling
 from app.worker.client import WorkerClient, describe_exit
 from app.worker.messages import Cancel, LaneSpec, LoadEngines, Ping, Pong, RunFinished, RunLanes, WorkerDied
@@ -53,7 +53,7 @@ def test_messages_pickle_round_trip():
         Cancel("r", "a"),
         LoadEngines("q", "t", ("d",)),
         StepEvent("a", 1, (1, 2), 1, 3, "correction", 0.1, 0.2, 0.3, (1, 3), ("x", "y"), ("z",)),
-        RunDone("a", LaneStats("s", "p", 0, 1, 1.0, 0.1, 0.1, 1, 0, 0, 0, 0.0, 0.0, (5,), "t")),
+        LaneDone("a", LaneStats("s", "p", 0, 1, 1.0, 0.1, 0.1, 1, 0, 0, 0, 0.0, 0.0, (5,), "t")),
         RunError("a", "boom"),
         Progress("load", 1, 2, "MiB"),
         WorkerDied(-9, "x"),
@@ -73,14 +73,14 @@ def test_round_trip_latency_and_loading_progress(client, tiny_pair):
     assert statistics.median(rtts) < 0.05
     client.send(LoadEngines("load", str(tiny_pair[0]), (str(tiny_pair[1]),)))
     ev, seen = until(client, __import__("app.worker.messages", fromlist=["EnginesLoaded"]).EnginesLoaded)
-    assert [n for n, *_ in ev.engines] == [str(tiny_pair[0]), str(tiny_pair[1])]
+    assert [e.name for e in ev.engines] == [str(tiny_pair[0]), str(tiny_pair[1])]
     assert any(isinstance(e, Progress) for e in seen)
 
 
 def run_collect(client, cmd):
     client.send(cmd)
     _, seen = until(client, RunFinished, 300, lambda e: e.run_id == cmd.run_id)
-    done = {e.lane_id: e.stats for e in seen if isinstance(e, RunDone)}
+    done = {e.lane_id: e.stats for e in seen if isinstance(e, LaneDone)}
     steps = [e for e in seen if isinstance(e, StepEvent)]
     errors = [e for e in seen if isinstance(e, RunError)]
     return done, steps, errors, seen
@@ -95,8 +95,8 @@ def test_interleaved_equals_sequential(client, tiny_pair):
     assert {k: v.output_ids for k, v in seq.items()} == {k: v.output_ids for k, v in inter.items()}
     assert all(v.output_ids == seq["l0"].output_ids for v in seq.values())  # lossless, greedy
     # interleaved: lanes advance side by side (the second lane steps before the first one ends)
-    order = [e.lane_id for e in seen if isinstance(e, (StepEvent, RunDone))]
-    first_done = next(i for i, e in enumerate(seen) if isinstance(e, RunDone))
+    order = [e.lane_id for e in seen if isinstance(e, (StepEvent, LaneDone))]
+    first_done = next(i for i, e in enumerate(seen) if isinstance(e, LaneDone))
     assert len({lid for lid in order[:first_done]}) >= 2
     assert all(isinstance(e, LaneStarted) for e in seen if getattr(e, "prompt_ids", None) is not None)
 
@@ -109,7 +109,7 @@ def test_cancel_stops_within_a_step(client, tiny_pair):
     client.send(Cancel("long"))
     ev, seen = until(client, RunFinished, 60)
     latency = time.perf_counter() - t0
-    done = [e for e in seen if isinstance(e, RunDone)]
+    done = [e for e in seen if isinstance(e, LaneDone)]
     assert ev.cancelled and done and all(e.cancelled for e in done)
     assert latency < 2.0, latency
 

@@ -14,7 +14,7 @@ Modules:
 * :mod:`.config` — the `[trtllm]` manifest table (TRTLLMConfig, parse_config) and the library objects built from it
   (speculative configs, SamplingParams, ModelRunnerCpp sampling kwargs, per-request perf counts).
 * :mod:`.engine` — TRTLLMEngine: loading, tokenizer, and raw generation primitives (`start_request`, `stream`,
-  `generate`). It builds no events or stats: the lane runners in app.speculative.trtllm do the steps through the
+  `generate`). It builds no events or stats: the lane runners in app.runners.trtllm_generate do the steps through the
   shared accounting (app.core.accounting).
 
 Note: the package attribute `capability` is the function (as before the split); the module is

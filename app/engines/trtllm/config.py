@@ -24,14 +24,14 @@ API facts relied on (TensorRT-LLM 1.2.0, read in its 1.2.0 docs snapshot's sourc
 from __future__ import annotations
 
 import dataclasses
-import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.core.errors import EngineError
 from app.core.setups import Sampling
-from app.engines.registry import EngineManifest
+from app.engines.manifest import EngineManifest, Key, read_table
 from app.engines.trtllm.capability import INSTALL_HINT
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "RUNNER_MODES",
     "TRTLLMConfig",
     "parse_config",
+    "read_trtllm_source",
     "build_speculative_config",
     "make_sampling_params",
     "runner_sampling_kwargs",
@@ -52,17 +53,35 @@ RUNNER_MODES = ("draft_target", "redrafter", "medusa")
 # manifest [trtllm] table
 # ---------------------------------------------------------------------------------------------------
 
-_COMMON_KEYS = {"api", "tokenizer_dir", "max_draft_len", "device_ids", "kv_cache_free_gpu_memory_fraction"}
-_LLM_KEYS = _COMMON_KEYS | {
-    "decoding",
-    "speculative_model",
-    "max_matching_ngram_size",
-    "eagle3_one_model",
-    "num_nextn_predict_layers",
-    "allow_advanced_sampling",
-    "llm_args",
-}
-_RUNNER_KEYS = _COMMON_KEYS | {"mode", "draft_engine_dir", "medusa_choices"}
+def _device_ids(v: list) -> str | None:
+    return None if v and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v) else "must be a non-empty list of GPU indices"
+
+
+def _medusa(v: list) -> str | None:
+    ok = v and all(isinstance(c, list) and c and all(isinstance(i, int) for i in c) for c in v)
+    return None if ok else "must be a list of non-empty integer lists, e.g. [[0], [0, 0], [1], [0, 1]]"
+
+
+_COMMON = [Key("api", choices=("llm", "runner")), Key("tokenizer_dir"), Key("max_draft_len", int, min=0),
+           Key("device_ids", list, default=[0], check=_device_ids),
+           Key("kv_cache_free_gpu_memory_fraction", float, above=0, max=1)]
+_LLM = [*_COMMON, Key("decoding", default="none", choices=LLM_DECODINGS), Key("speculative_model"),
+        Key("max_matching_ngram_size", int, default=4, min=1), Key("eagle3_one_model", bool, default=True),
+        Key("num_nextn_predict_layers", int, default=1, min=1), Key("allow_advanced_sampling", bool, default=False),
+        Key("llm_args", dict, default={}, what="a table of LLM(...) keyword arguments")]
+_RUNNER = [*_COMMON, Key("mode", required=True, choices=RUNNER_MODES), Key("draft_engine_dir"), Key("medusa_choices", list, check=_medusa)]
+
+
+def read_trtllm_source(data: Mapping[str, Any], where: str) -> dict:
+    """The `[source]` of a trtllm manifest (`model` for the LLM API, `engine_dir` for built engines) as
+    EngineManifest fields; the `[trtllm]` table itself is checked when the engine loads (:func:`parse_config`)."""
+    src = read_table(data.get("source"), [Key("model"), Key("engine_dir"), Key("size", int), Key("sha256")], where, "[source]")
+    given = {k: src[k] for k in ("model", "engine_dir") if src[k] is not None}
+    if not given:
+        raise EngineError(f"engine manifest {where}: [source] needs model (HF id/folder for the LLM API) or engine_dir (built TensorRT engine)",
+                          fix=f"edit {where}")
+    extra = {k: data[k] for k in ("trtllm",) if k in data}
+    return {"source_kind": "trtllm", "source": tuple(given.values()), "extra": {**extra, **given}}
 
 
 @dataclass(frozen=True)
@@ -139,9 +158,10 @@ def parse_config(manifest: EngineManifest) -> TRTLLMConfig:
         EngineError: unknown key (with a close match), missing or bad value; names the manifest file.
     """
     where = manifest.where
+    fix = f"edit the [trtllm] table of {where} (see README, TensorRT-LLM)"
 
-    def bad(why: str, fix: str | None = None) -> EngineError:
-        return EngineError(f"engine manifest {where}: {why}", fix=fix or f"edit the [trtllm] table of {where} (see README, TensorRT-LLM)")
+    def bad(why: str) -> EngineError:
+        return EngineError(f"engine manifest {where}: {why}", fix=fix)
 
     t = manifest.extra.get("trtllm", {}) or {}
     if not isinstance(t, dict):
@@ -150,121 +170,57 @@ def parse_config(manifest: EngineManifest) -> TRTLLMConfig:
     api = t.get("api", "runner" if engine_dir and not model else "llm")
     if api not in ("llm", "runner"):
         raise bad(f"api must be 'llm' or 'runner', got {api!r}")
-    allowed = _LLM_KEYS if api == "llm" else _RUNNER_KEYS
-    for k in t:
-        if k not in allowed:
-            close = difflib.get_close_matches(k, sorted(allowed), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"allowed with api = {api!r}: {', '.join(sorted(allowed))}"
-            raise bad(f"unknown key {k!r} in [trtllm]", f"{hint} (edit {where})")
+    v = read_table(t, _LLM if api == "llm" else _RUNNER, where, "[trtllm]", fix=fix)
+    tok = v["tokenizer_dir"]
+    common = dict(tokenizer_dir=_local_path(tok, manifest) if tok else None, device_ids=tuple(v["device_ids"]),
+                  kv_cache_free_gpu_memory_fraction=v["kv_cache_free_gpu_memory_fraction"])
+    return _llm_config(v, model, manifest, bad, common) if api == "llm" else _runner_config(v, engine_dir, manifest, bad, common)
 
-    def num(key: str, default, typ=int, minimum=0):
-        v = t.get(key, default)
-        if v is None:
-            return None
-        if typ is int and (isinstance(v, bool) or not isinstance(v, int)):
-            raise bad(f"{key} must be an integer, got {v!r}")
-        if typ is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise bad(f"{key} must be a number, got {v!r}")
-        if v < minimum:
-            raise bad(f"{key} must be >= {minimum}, got {v!r}")
-        return typ(v)
 
-    def text(key: str) -> str | None:
-        v = t.get(key)
-        if v is None:
-            return None
-        if not isinstance(v, str) or not v:
-            raise bad(f"{key} must be a non-empty string")
-        return v
+def _llm_config(v: dict, model: str | None, manifest: EngineManifest, bad: Callable[[str], EngineError], common: dict) -> TRTLLMConfig:
+    """The LLM API's config: the decoding method's own requirements on top of the table's keys."""
+    if not model:
+        raise bad("api = 'llm' needs [source] model = \"<HF id or folder>\"")
+    kind = v["decoding"]
+    k = v["max_draft_len"] if v["max_draft_len"] is not None else (0 if kind in ("none", "mtp") else None)
+    if kind in ("draft_target", "ngram", "eagle3") and not k:
+        raise bad(f"decoding = {kind!r} needs max_draft_len >= 1")
+    spec_model = v["speculative_model"]
+    if kind in ("draft_target", "eagle3") and not spec_model:
+        raise bad(f"decoding = {kind!r} needs speculative_model (HF id or folder of the {'draft model' if kind == 'draft_target' else 'EAGLE-3 head'})")
+    if kind == "mtp" and not k:
+        k = v["num_nextn_predict_layers"]  # MTP drafts one token per module
+    return TRTLLMConfig(api="llm", kind=kind, model=_local_path(model, manifest), max_draft_len=k or 0,
+                        speculative_model=_local_path(spec_model, manifest) if spec_model else None,
+                        max_matching_ngram_size=v["max_matching_ngram_size"], eagle3_one_model=v["eagle3_one_model"],
+                        num_nextn_predict_layers=v["num_nextn_predict_layers"], allow_advanced_sampling=v["allow_advanced_sampling"],
+                        llm_args=dict(v["llm_args"]), **common)
 
-    tok = text("tokenizer_dir")
-    device_ids = t.get("device_ids", [0])
-    if not isinstance(device_ids, list) or not device_ids or not all(isinstance(i, int) and i >= 0 for i in device_ids):
-        raise bad(f"device_ids must be a non-empty list of GPU indices, got {device_ids!r}")
-    frac = num("kv_cache_free_gpu_memory_fraction", None, float, 0)
-    if frac is not None and not (0.0 < frac <= 1.0):
-        raise bad(f"kv_cache_free_gpu_memory_fraction must be in (0, 1], got {frac}")
-    common = dict(
-        tokenizer_dir=_local_path(tok, manifest) if tok else None,
-        device_ids=tuple(device_ids),
-        kv_cache_free_gpu_memory_fraction=frac,
-    )
-    if api == "llm":
-        if not model:
-            raise bad("api = 'llm' needs [source] model = \"<HF id or folder>\"")
-        kind = t.get("decoding", "none")
-        if kind not in LLM_DECODINGS:
-            raise bad(f"decoding must be one of {', '.join(LLM_DECODINGS)}, got {kind!r}")
-        k = num("max_draft_len", 0 if kind in ("none", "mtp") else None)
-        if kind in ("draft_target", "ngram", "eagle3") and not k:
-            raise bad(f"decoding = {kind!r} needs max_draft_len >= 1")
-        spec_model = text("speculative_model")
-        if kind in ("draft_target", "eagle3") and not spec_model:
-            raise bad(
-                f"decoding = {kind!r} needs speculative_model (HF id or folder of the {'draft model' if kind == 'draft_target' else 'EAGLE-3 head'})"
-            )
-        one = t.get("eagle3_one_model", True)
-        if not isinstance(one, bool):
-            raise bad(f"eagle3_one_model must be true or false, got {one!r}")
-        advanced = t.get("allow_advanced_sampling", False)
-        if not isinstance(advanced, bool):
-            raise bad(f"allow_advanced_sampling must be true or false, got {advanced!r}")
-        nextn = num("num_nextn_predict_layers", 1, int, 1)
-        if kind == "mtp" and not k:
-            k = nextn  # MTP drafts one token per module
-        llm_args = t.get("llm_args", {})
-        if not isinstance(llm_args, dict):
-            raise bad("llm_args must be a table of LLM(...) keyword arguments")
-        return TRTLLMConfig(
-            api="llm",
-            kind=kind,
-            model=_local_path(model, manifest),
-            max_draft_len=k or 0,
-            speculative_model=_local_path(spec_model, manifest) if spec_model else None,
-            max_matching_ngram_size=num("max_matching_ngram_size", 4, int, 1),
-            eagle3_one_model=one,
-            num_nextn_predict_layers=nextn,
-            allow_advanced_sampling=advanced,
-            llm_args=dict(llm_args),
-            **common,
-        )
-    # runner
+
+def _runner_config(v: dict, engine_dir: str | None, manifest: EngineManifest, bad: Callable[[str], EngineError], common: dict) -> TRTLLMConfig:
+    """Built engines driven by ModelRunnerCpp: what each mode needs on top of the table's keys."""
     if not engine_dir:
         raise bad("api = 'runner' needs [source] engine_dir = \"<folder built by trtllm-build>\"")
-    kind = t.get("mode")
-    if kind not in RUNNER_MODES:
-        raise bad(f"mode must be one of {', '.join(RUNNER_MODES)}, got {kind!r}")
-    if not tok:
+    kind = v["mode"]
+    if not common["tokenizer_dir"]:
         raise bad("api = 'runner' needs tokenizer_dir (the HF folder of the target: engines hold no tokenizer)")
-    raw = t.get("medusa_choices")
-    choices: list[list[int]] = []
-    if kind == "medusa":
-        if not isinstance(raw, list) or not raw or not all(isinstance(c, list) and c and all(isinstance(i, int) for i in c) for c in raw):
-            raise bad("mode = 'medusa' needs medusa_choices, a list of non-empty integer lists, e.g. [[0], [0, 0], [1], [0, 1]]")
-        choices = raw
+    choices: list[list[int]] = v["medusa_choices"] or []
+    if kind == "medusa" and not choices:
+        raise bad("mode = 'medusa' needs medusa_choices, a list of non-empty integer lists, e.g. [[0], [0, 0], [1], [0, 1]]")
     # Medusa drafts along its tree: at most the depth of the deepest choice per step
-    k = num("max_draft_len", max(len(c) for c in choices) if kind == "medusa" else None)
+    k = v["max_draft_len"] if v["max_draft_len"] is not None else (max(len(c) for c in choices) if kind == "medusa" else None)
     if not k:
-        what = {
-            "draft_target": "tokens the draft engine proposes per step",
-            "redrafter": "redrafter_draft_len_per_beam",
-            "medusa": "the depth of the Medusa tree",
-        }[kind]
+        what = {"draft_target": "tokens the draft engine proposes per step", "redrafter": "redrafter_draft_len_per_beam",
+                "medusa": "the depth of the Medusa tree"}[kind]
         raise bad(f"mode = {kind!r} needs max_draft_len >= 1 ({what})")
-    draft_dir = text("draft_engine_dir")
+    draft_dir = v["draft_engine_dir"]
     if kind == "draft_target" and not draft_dir:
         raise bad("mode = 'draft_target' needs draft_engine_dir (the draft model's engine folder)")
     if kind == "draft_target" and common["kv_cache_free_gpu_memory_fraction"] is None:
         common["kv_cache_free_gpu_memory_fraction"] = 0.4  # two engines on one GPU (examples/draft_target_model)
-    return TRTLLMConfig(
-        api="runner",
-        kind=kind,
-        engine_dir=_local_path(engine_dir, manifest),
-        max_draft_len=k,
-        draft_engine_dir=_local_path(draft_dir, manifest) if draft_dir else None,
-        medusa_choices=tuple(tuple(c) for c in choices) if kind == "medusa" else None,
-        **common,
-    )
+    return TRTLLMConfig(api="runner", kind=kind, engine_dir=_local_path(engine_dir, manifest), max_draft_len=k,
+                        draft_engine_dir=_local_path(draft_dir, manifest) if draft_dir else None,
+                        medusa_choices=tuple(tuple(c) for c in choices) if kind == "medusa" else None, **common)
 
 
 # ---------------------------------------------------------------------------------------------------

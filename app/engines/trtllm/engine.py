@@ -1,6 +1,6 @@
 """The TensorRT-LLM engine: loading (lazy ``tensorrt_llm`` import), the tokenizer, and raw generation primitives.
 
-It computes or streams tokens only; the `trtllm:<engine>` lane runners (app.speculative.trtllm) turn them into
+It computes or streams tokens only; the `trtllm:<engine>` lane runners (app.runners.trtllm_generate) turn them into
 steps through the shared accounting (app.core.accounting). Nothing here builds events or stats.
 
 API facts relied on (TensorRT-LLM 1.2; nothing here is copied from it):
@@ -31,8 +31,8 @@ from typing import Any
 
 from app.core.errors import EngineError
 from app.core.setups import Sampling
-from app.engines.base import TokenizerMixin
-from app.engines.registry import EngineManifest
+from app.engines.base import EngineBase
+from app.engines.manifest import EngineManifest
 from app.engines.trtllm.capability import INSTALL_HINT, capability
 from app.engines.trtllm.config import build_speculative_config, make_sampling_params, parse_config, perf_counts, runner_sampling_kwargs
 
@@ -135,10 +135,10 @@ class RunnerStream:
             close()
 
 
-class TRTLLMEngine(TokenizerMixin):
+class TRTLLMEngine(EngineBase):
     """A TensorRT-LLM target plus its speculative config, from a `backend = "trtllm"` manifest.
 
-    Runs only as a `trtllm:<engine>` lane (app.speculative.trtllm.runner_for picks its runner by `config`); it
+    Runs only as a `trtllm:<engine>` lane (app.runners.trtllm_generate.runner_for picks its runner by `config`); it
     has no step-by-step DecodeState, so it cannot be the target of the HF loop's setups.
 
     Args:
@@ -314,13 +314,7 @@ class TRTLLMEngine(TokenizerMixin):
     def sync(self) -> None:
         _sync()
 
-    def new_state(self):
-        raise EngineError(
-            f"engine {self.name} is a TensorRT-LLM engine: it runs only as a `trtllm:{self.name}` lane",
-            fix=f"use --setup trtllm:{self.name} with an hf --target for the baseline",
-        )
-
-    # --- raw generation primitives (the lane runners in app.speculative.trtllm call these) ----------
+    # --- raw generation primitives (the lane runners in app.runners.trtllm_generate call these) ----------
     def start_request(self, prompt_ids: list[int], sampling: Sampling) -> LLMRequest:
         """Start one streaming LLM-API request (api "llm") for `prompt_ids`; iterate the returned LLMRequest.
 

@@ -1,7 +1,7 @@
 """`llamacpp-lookup[:k=N,n=M]`: llama-cpp-python's own prompt-lookup decoding (`LlamaPromptLookupDecoding` as the
 `draft_model` of `Llama.generate`), the peer implementation of our `ngram` lane on the same llama.cpp target.
 
-llama-cpp-python exposes no per-step accept/reject, so the lane yields tokens only (kind "reference"): the
+llama-cpp-python exposes no per-step accept/reject, so the lane yields tokens only (kind "library"): the
 tokens `generate` yields between two evaluations of the model (its `n_tokens` grows at each `eval`) form one
 step. `generate` needs `logits_all` for a draft model, so the lane runs its own `Llama` on the engine's GGUF
 (memory-mapped: the weights' pages are shared with the engine's). A Llama holds one sequence, so interleaved
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from app.core.accounting import LaneRecorder
+from app.core.accounting import LaneRecorder, StepFacts
 from app.core.errors import SetupError
 from app.core.events import StepEvent
 from app.core.setups import Sampling
@@ -34,9 +34,11 @@ class LlamaLookupRunner:
     """
 
     def __init__(self, target, k: int = 10, n: int = 2) -> None:
-        if getattr(target, "backend", None) != "llamacpp":
+        from app.engines.llamacpp import LlamaCppEngine
+
+        if not isinstance(target, LlamaCppEngine):
             raise SetupError(f"llamacpp-lookup runs llama-cpp-python's prompt lookup on a llama.cpp target; {target.name} is "
-                             f"{getattr(target, 'backend', '?')}", fix="use a backend = \"llamacpp\" engine as --target (python -m app engines)")
+                             f"{target.backend}", fix="use a backend = \"llamacpp\" engine as --target (python -m app engines)")
         self.engine = target
         self.k, self.n = k, n
 
@@ -81,7 +83,7 @@ class LlamaLookupRunner:
             for tok in gen:
                 now = clock()
                 if llm.n_tokens != evals and group:  # a new evaluation produced this token: the previous step ended
-                    yield rec.step(group, accepted=0, kind="reference", t_wall_s=group_t - prev)
+                    yield rec.step(StepFacts(group, accepted=0, kind="library", t_wall_s=group_t - prev))
                     prev, group = group_t, []
                     if rec.done:
                         break
@@ -92,11 +94,11 @@ class LlamaLookupRunner:
                 if len(group) + len(rec.output_ids) >= sampling.max_new_tokens or int(tok) in self.engine.eos_ids or cancelled():
                     break
             if group and not rec.done:
-                yield rec.step(group, accepted=0, kind="reference", t_wall_s=group_t - prev)
+                yield rec.step(StepFacts(group, accepted=0, kind="library", t_wall_s=group_t - prev))
         finally:
             gen.close()
         if cancelled() and not rec.done:
             rec.stop("cancelled")
         end = clock()
         rec.note_stall(end - t0, time.process_time() - c0)
-        rec.override(ttft_s=ttft if ttft is not None else end - t0, prefill_s=ttft if ttft is not None else end - t0, reference=True)
+        rec.override(ttft_s=ttft if ttft is not None else end - t0, prefill_s=ttft if ttft is not None else end - t0, library=True)

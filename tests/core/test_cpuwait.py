@@ -1,4 +1,4 @@
-"""The worker measures how long its threads waited for a CPU (app.worker.cpuwait) and puts it into each lane's
+"""The worker measures how long its threads waited for a CPU (app.core.cpuwait) and puts it into each lane's
 LaneStats (app.worker.scheduler.with_cpu_wait), so a lane slowed by another process says so."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import textwrap
 
 import pytest
 
-from app.core.events import LaneStarted, RunDone, RunError
+from app.core.events import LaneDone, LaneStarted, RunError
 from app.core.metrics import LaneStats, cpu_wait_share
 
 linux = pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="run-queue delay via /proc schedstat: Linux only")
 
 CONTENDED = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from app.worker.cpuwait import CpuWait
+    from app.core.cpuwait import CpuWait
 
     cpu = sorted(os.sched_getaffinity(0))[0]
     os.sched_setaffinity(0, {cpu})
@@ -55,7 +55,7 @@ def test_a_process_sharing_its_core_waits_for_it():
 def test_threads_that_end_keep_their_wait():
     import threading
 
-    from app.worker.cpuwait import CpuWait
+    from app.core.cpuwait import CpuWait
 
     w = CpuWait()
     t = threading.Thread(target=lambda: sum(range(200_000)))
@@ -88,9 +88,9 @@ class ScriptedWaits:
 def test_a_lanes_wait_counts_its_steps_not_the_engine_loading_before_it():
     from app.worker.scheduler import with_cpu_wait
 
-    events = [LaneStarted("L1", "baseline", "p", 0, (1,), "x"), "step-1", "step-2", RunDone("L1", _stats(2.0, None))]
+    events = [LaneStarted("L1", "baseline", "p", 0, (1,), "x"), "step-1", "step-2", LaneDone("L1", _stats(2.0, None))]
     # reads around each next(): loading (0 -> 5) is before LaneStarted and not counted; the steps wait 0.1 and 0.2,
-    # the last next() (the RunDone) 0.05
+    # the last next() (the LaneDone) 0.05
     waits = ScriptedWaits([0.0, 5.0, 5.0, 5.1, 5.1, 5.3, 5.3, 5.35, 5.35])
     out = list(with_cpu_wait(iter(events), waits))
     assert out[:3] == events[:3]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from app.core.accounting import LaneEngine, LaneRecorder, LaneRunner
+from app.core.accounting import LaneEngine, LaneRecorder, LaneRunner, StepFacts
 from app.core.errors import EngineError, SetupError
 from app.core.events import StepEvent
 from app.core.setups import Sampling
@@ -41,10 +41,11 @@ def runner_for(engine: TRTLLMEngine) -> LaneRunner:
     Raises:
         EngineError: `engine` is not a TensorRT-LLM engine.
     """
-    backend = getattr(engine, "backend", None)
-    if backend != "trtllm":
-        name = getattr(engine, "name", "?")
-        raise EngineError(f"trtllm:{name} needs a backend = \"trtllm\" engine, {name} is {backend!r}",
+    from app.engines.trtllm.engine import TRTLLMEngine
+
+    if not isinstance(engine, TRTLLMEngine):
+        name = engine.name
+        raise EngineError(f"trtllm:{name} needs a backend = \"trtllm\" engine, {name} is {engine.backend!r}",
                           fix="name an engine whose manifest has backend = \"trtllm\" (specdeck engines lists them)")
     c = engine.config
     if c.api == "llm":
@@ -126,17 +127,17 @@ class CountsOnlySteps:
             return []
         if rec.steps == 0:  # the prefill yields one token; more means updates were coalesced
             share = dt / 2 if n > 1 else dt
-            evs = [rec.step(new_ids[:1], kind="baseline", t_verify_s=share, t_wall_s=share)]
+            evs = [rec.step(StepFacts(new_ids[:1], kind="baseline", t_verify_s=share, t_wall_s=share))]
             return evs + (self.push(new_ids[1:], dt - share) if n > 1 else [])
         if self.k == 0:  # no speculation: one token per decode iteration
             evs = []
             for t in new_ids:
                 if rec.done:
                     break
-                evs.append(rec.step([t], kind="baseline", t_verify_s=dt / n, t_wall_s=dt / n))
+                evs.append(rec.step(StepFacts([t], kind="baseline", t_verify_s=dt / n, t_wall_s=dt / n)))
             return evs
         a = n - 1
-        return [rec.step(new_ids, accepted=a, drafted_count=max(self.k, a), t_verify_s=dt, t_wall_s=dt)]
+        return [rec.step(StepFacts(new_ids, accepted=a, drafted_count=max(self.k, a), t_verify_s=dt, t_wall_s=dt))]
 
 
 class LLMApiRunner(_TRTLLMRunner):
@@ -239,7 +240,7 @@ class CppDraftTargetRunner(_TRTLLMRunner):
         t0 = clock()
         first = generate("target", 1, [])
         t1 = clock()
-        ev = rec.step(first[:1], kind="baseline", t_verify_s=t1 - t0, t_wall_s=t1 - t0)
+        ev = rec.step(StepFacts(first[:1], kind="baseline", t_verify_s=t1 - t0, t_wall_s=t1 - t0))
         seq.extend(ev.emitted_ids)
         yield ev
         while not rec.done:
@@ -258,7 +259,7 @@ class CppDraftTargetRunner(_TRTLLMRunner):
                 a += 1
             extra = target[a + 1 :]
             share = (t2 - t1) / (1 + len(extra))
-            ev = rec.step(
+            ev = rec.step(StepFacts(
                 target[: a + 1],
                 accepted=a,
                 drafted_ids=drafts,
@@ -266,13 +267,13 @@ class CppDraftTargetRunner(_TRTLLMRunner):
                 t_verify_s=share,
                 t_wall_s=(t1 - t0) + share,
                 draft_forwards=len(drafts),
-            )
+            ))
             seq.extend(ev.emitted_ids)
             yield ev
             for tok in extra:
                 if rec.done:
                     break
-                ev = rec.step([tok], kind="baseline", t_verify_s=share, t_wall_s=share)
+                ev = rec.step(StepFacts([tok], kind="baseline", t_verify_s=share, t_wall_s=share))
                 seq.extend(ev.emitted_ids)
                 yield ev
             if not target:  # the runner produced nothing (engine limit reached)

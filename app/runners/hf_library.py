@@ -2,7 +2,7 @@
 
 `hf-assisted:<engine>[,k=N]` runs `model.generate(assistant_model=...)`; `hf-lookup[:k=N]` runs
 `model.generate(prompt_lookup_num_tokens=N)`. transformers exposes no per-step accept/reject, so these lanes
-yield tokens only: one step (kind "reference") per chunk its streamer receives (one per target step),
+yield tokens only: one step (kind "library") per chunk its streamer receives (one per target step),
 with drafted/accepted unknown (reported as 0); the shared LaneRecorder builds events and stats.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import torch
 
-from app.core.accounting import LaneRecorder
+from app.core.accounting import LaneRecorder, StepFacts
 from app.core.errors import SpecDeckError
 from app.core.events import StepEvent
 from app.core.setups import Sampling
 
-__all__ = ["ReferenceRunner"]
+__all__ = ["LibraryRunner"]
 
 
 class _Recorder:
@@ -40,7 +40,7 @@ class _Recorder:
         pass
 
 
-class ReferenceRunner:
+class LibraryRunner:
     """A transformers reference lane (blocking inside generate; its steps are reported after it returns).
 
     Args:
@@ -50,8 +50,10 @@ class ReferenceRunner:
     """
 
     def __init__(self, target, *, assistant=None, k: int | None = None, lookup: bool = False) -> None:
-        if getattr(target, "backend", "hf") != "hf" or not hasattr(target, "model"):
-            raise SpecDeckError(f"reference lanes need a Hugging Face target, {target.name} is {getattr(target, 'backend', '?')}",
+        from app.engines.hf import HFEngine
+
+        if not isinstance(target, HFEngine):
+            raise SpecDeckError(f"transformers' own lanes need a Hugging Face target, {target.name} is {target.backend}",
                                 fix="use an hf engine as --target")
         if lookup == (assistant is not None):
             raise ValueError("give an assistant (assisted generation) or lookup=True")
@@ -88,7 +90,7 @@ class ReferenceRunner:
             kw["prompt_lookup_num_tokens"] = self.k if self.k is not None else 10
         recorder = _Recorder(clock)
         kw["streamer"] = recorder
-        sync = getattr(target, "sync", lambda: None)
+        sync = target.sync
         # transformers reads the assistant's settings from the assistant model's generation_config (and its
         # candidate generator may update num_assistant_tokens in place): set ours for this call only and put the
         # model's own back afterwards, so the next lane on the same draft engine sees transformers' defaults.
@@ -110,10 +112,10 @@ class ReferenceRunner:
         prev = t0
         for t, ids in recorder.chunks:
             # transformers exposes no per-step accept/reject: each chunk is one target step, tokens only
-            yield rec.step(ids, accepted=0, kind="reference", t_wall_s=t - prev)
+            yield rec.step(StepFacts(ids, accepted=0, kind="library", t_wall_s=t - prev))
             prev = t
             if rec.done:
                 break
         wall = t_end - t0
         ttft = (recorder.chunks[0][0] - t0) if recorder.chunks else wall
-        rec.override(wall_s=wall, ttft_s=ttft, prefill_s=ttft, reference=True)
+        rec.override(wall_s=wall, ttft_s=ttft, prefill_s=ttft, library=True)

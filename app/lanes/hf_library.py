@@ -31,16 +31,16 @@ class HFLookup(SetupBase):
 
 
 def _build_assisted(setup: HFAssisted, env):
-    from app.speculative.reference import ReferenceRunner
+    from app.runners.hf_library import LibraryRunner
 
-    return ReferenceRunner(env.target(), assistant=env.draft(setup.engine, setup.dtype), k=setup.k)
+    return LibraryRunner(env.target(), assistant=env.draft(setup.engine, setup.dtype), k=setup.k)
 
 
 def _build_lookup(setup: HFLookup, env):
-    from app.speculative.reference import ReferenceRunner
+    from app.runners.hf_library import LibraryRunner
 
-    return ReferenceRunner(env.target(), k=setup.k, lookup=True)
+    return LibraryRunner(env.target(), k=setup.k, lookup=True)
 
 
-ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "reference: transformers' assisted generation (tokens only)", _build_assisted, reference=True))
-LOOKUP = register(SetupKind(HFLookup, "hf-lookup", "reference: transformers' prompt lookup decoding (tokens only)", _build_lookup, reference=True))
+ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "library lane: transformers' assisted generation (tokens only)", _build_assisted, library=True))
+LOOKUP = register(SetupKind(HFLookup, "hf-lookup", "library lane: transformers' prompt lookup decoding (tokens only)", _build_lookup, library=True))

@@ -1,0 +1,35 @@
+"""Cost profiles measured on a real (tiny) engine: a measurement while other processes take the CPU is flagged and
+never cached; a quiet one is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+linux = pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="run-queue delay is read from Linux /proc")
+
+
+@linux
+def test_a_profile_measured_beside_busy_processes_is_flagged_and_not_cached(tiny_pair, tmp_path, monkeypatch):
+    from app.core.costs import load_profile
+    from app.engines.hf import HFEngine
+    from app.engines.registry import resolve
+    from app.speculative.costs import cached_or_measure, profile_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    engine = HFEngine(resolve(str(tiny_pair[0])))
+    cpus = sorted(os.sched_getaffinity(0))
+    # two busy processes on each core this process may use: its threads wait for a CPU most of the time
+    hogs = [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{c}}})\nwhile True: pass"])
+            for c in cpus for _ in range(2)]
+    try:
+        p, measured = cached_or_measure(engine, reps=3)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert measured and p.contended and p.cpu_wait_share is not None and p.cpu_wait_share > 0.10, (p.cpu_wait_share, p.spread)
+    assert load_profile(profile_key(engine)) is None  # not cached: the next run measures again
