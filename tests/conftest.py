@@ -114,3 +114,25 @@ def tiny_pair(smollm2_tokenizer, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("tiny")
     tok = smollm2_tokenizer
     return _tiny(root / "tiny-target", tok, 0, 64, 2), _tiny(root / "tiny-draft", tok, 0, 64, 2, noise=0.2)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """vLLM's server starts in the background as soon as its tests are collected, and its tests run last (after the
+    random order is drawn): its start-up (a minute or two) overlaps the other tests instead of adding to them."""
+    vllm_items = [it for it in items if it.nodeid.startswith("tests/engines/test_vllm.py")]
+    if not vllm_items:
+        return
+    items[:] = [it for it in items if it not in vllm_items] + vllm_items
+    from tests.engines import test_vllm
+
+    if test_vllm.available() and test_vllm.EARLY not in config.stash:
+        config.stash[test_vllm.EARLY] = test_vllm.EarlyServer()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.engines import test_vllm
+
+    early = session.config.stash.get(test_vllm.EARLY, None)
+    if early is not None:  # started but its tests did not run (interrupted, or all deselected later)
+        early.stop()

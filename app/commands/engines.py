@@ -4,6 +4,7 @@ the pip pins of engines' model packages (the Makefile installs them with it)."""
 from __future__ import annotations
 
 import json
+import os
 
 from app.core.report_text import format_table
 
@@ -44,8 +45,9 @@ def run(args) -> int:
         weights = "present" if s.present else "missing"
         cache = "cached" if s.cached else ("not yet" if s.converts else "–")
         name = s.name + (" *" if s.name in shadowed else "")
-        rows.append([name, s.backend, size, s.dtype, weights, cache, _short(s.where), "yes" if s.usable else "no", s.reason])
-    print(format_table(["engine", "backend", "size", "dtype", "weights", "cache", "manifest", "usable", "why not"], rows,
+        folder = _short(os.path.dirname(s.where)) + os.sep if os.sep in s.where else "–"  # the file is <folder>/<engine>.toml
+        rows.append([name, s.backend, size, s.dtype, weights, cache, folder, "yes" if s.usable else "no", s.reason])
+    print(format_table(["engine", "backend", "size", "dtype", "weights", "cache", "from", "usable", "why not"], rows,
                        left=(0, 1, 3, 4, 5, 6, 7, 8)))
     for name, paths in shadowed.items():
         print(f"* {name}: {_short(str(paths[0]))} hides {', '.join(_short(str(p)) for p in paths[1:])} (the first folder of "
@@ -57,8 +59,6 @@ def run(args) -> int:
 
 def _short(path: str) -> str:
     """A manifest path as short as it reads unambiguously: relative to the current folder, else ~/…, else as is."""
-    import os
-
     try:
         rel = os.path.relpath(path)
     except ValueError:

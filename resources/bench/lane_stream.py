@@ -105,10 +105,16 @@ def stream(n: int) -> dict:
     render.stop()
     qs = sorted(gaps)
     k = min(20, len(flush_cpu) // 2)
+    points = plots.buffer_len("L1")
+    lat_max, lat_mean = view.latency_max_s, view.latency_mean_s
+    import shiboken6
+
+    for w in (view, plots, bridge):  # deleted here: left to interpreter exit, PySide + pyqtgraph can crash tearing down
+        shiboken6.delete(w)
     return {"tokens": n, "wall_s": elapsed, "gaps_ms": [1000 * qs[int(q * (len(qs) - 1))] for q in (0.5, 0.9, 0.99, 1.0)],
-            "latency_max_ms": 1000 * view.latency_max_s, "latency_mean_ms": 1000 * view.latency_mean_s,
+            "latency_max_ms": 1000 * lat_max, "latency_mean_ms": 1000 * lat_mean,
             "flushes": len(flush_cpu), "flush_cpu_first_ms": 1000 * sorted(flush_cpu[:k])[k // 2],
-            "flush_cpu_last_ms": 1000 * sorted(flush_cpu[-k:])[k // 2], "plot_points": plots.buffer_len("L1")}
+            "flush_cpu_last_ms": 1000 * sorted(flush_cpu[-k:])[k // 2], "plot_points": points}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,3 +61,14 @@ def test_a_task_that_ends_within_a_second_prints_its_start_and_end_only():
         bars("load smollm2: weights", i, 272)
     assert out.getvalue().splitlines()[0] == "load smollm2: weights… (272)"
     assert len(out.getvalue().splitlines()) == 2 and "done" in out.getvalue().splitlines()[1]
+
+
+def test_lanes_failing_the_same_way_are_said_once():
+    from app.commands.bench import error_lines
+    from app.core.events import RunError
+
+    gone = "engine srv: cannot reach http://127.0.0.1:9 (connection refused)\n  fix: is the server running? Check base_url in s.toml"
+    errors = [RunError(f"p{i}#0/L2", gone, kind="ServerUnreachable") for i in range(19)] + [RunError("p0#0/L3", "other"), RunError(None, "whole")]
+    lines = error_lines(errors)
+    assert lines[0].startswith("error in 19 lanes (p0#0/L2, p1#0/L2, p2#0/L2, p3#0/L2 and 15 more): engine srv: cannot reach")
+    assert lines[1:] == ["error in lane p0#0/L3: other", "error: whole"]

@@ -106,3 +106,21 @@ def test_lanes_on_a_target_of_another_tokenizer_are_not_compared_by_token_id():
     row = next(r for r in doc["runs"] if r["setup"] == f"baseline@{LC}")
     assert row["reference_comparable"] is False
     assert "ref: other tokenizer" in render_summary(doc) and "ref @0" not in render_summary(doc)
+
+
+def test_a_target_that_runs_in_another_environment_is_refused_with_the_lanes_to_use(tmp_path):
+    """The run's target loads in SpecDeck's own worker: a manifest naming another interpreter cannot be it (it used
+    to be loaded here anyway, its `python` ignored)."""
+    import sys
+
+    from app.engines.registry import REPO_ENGINES
+
+    other = getattr(sys, "_base_executable", sys.executable)
+    if other == sys.executable:
+        pytest.skip("no second interpreter (not running in a virtual environment)")
+    text = (REPO_ENGINES / "smollm2-135m-instruct.toml").read_text()
+    m = tmp_path / "elsewhere.toml"
+    m.write_text(f'python = "{other}"\n' + text)
+    with pytest.raises(SetupError, match="runs in another Python environment") as ei:
+        RunPlan(str(m), ("baseline",), (Prompt("p", "hi"),), Sampling(max_new_tokens=4))
+    assert f"baseline@{m}" in str(ei.value)

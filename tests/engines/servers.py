@@ -38,24 +38,30 @@ class ServerProcess:
     """
 
     def __init__(self, name: str, argv: Sequence[str], port: int, *, health: str = "/health", timeout_s: float = 120,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, wait: bool = True) -> None:
         self.name = name
         self.port = port
+        self.health = health
         self.url = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log")  # noqa: SIM115
         self.proc = subprocess.Popen(list(argv), stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                                      start_new_session=True)
+        if wait:
+            self.wait(timeout_s)
+
+    def wait(self, timeout_s: float = 120) -> None:
+        """Until `health` answers 200; fails the test with the log's tail when the process exits or is not up in time."""
         deadline = time.time() + timeout_s
         while time.time() < deadline and self.proc.poll() is None:
             try:
-                with urllib.request.urlopen(self.url + health, timeout=2) as r:
+                with urllib.request.urlopen(self.url + self.health, timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.3)
         tail = self.tail()
         self.stop()
-        pytest.fail(f"{name} did not come up within {timeout_s:.0f} s (exit code {self.proc.poll()}); its log ends:\n{tail}")
+        pytest.fail(f"{self.name} did not come up within {timeout_s:.0f} s (exit code {self.proc.poll()}); its log ends:\n{tail}")
 
     def tail(self, n: int = 15) -> str:
         self.log.flush()
