@@ -124,15 +124,15 @@ def pytest_collection_modifyitems(session, config, items):
     if not vllm_items:
         return
     items[:] = [it for it in items if it not in vllm_items] + vllm_items
-    from tests.engines import test_vllm
+    from tests.engines import vllm_server
 
-    if test_vllm.available() and test_vllm.EARLY not in config.stash:
-        config.stash[test_vllm.EARLY] = test_vllm.EarlyServer()
+    if vllm_server.available() and vllm_server.EARLY not in config.stash:
+        config.stash[vllm_server.EARLY] = vllm_server.EarlyServer()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from tests.engines import test_vllm
+    from tests.engines import vllm_server
 
-    early = session.config.stash.get(test_vllm.EARLY, None)
+    early = session.config.stash.get(vllm_server.EARLY, None)
     if early is not None:  # started but its tests did not run (interrupted, or all deselected later)
         early.stop()
