@@ -79,9 +79,9 @@ def machine_key() -> str:
 
 
 #: a profile whose measuring threads waited for a CPU this share of the measurement's wall time, or whose rounds
-#: disagreed by this much (interquartile range over median, for some n), was measured under contention
+#: disagreed by this much (interquartile range over median, the median over n), was measured under contention
 CONTENDED_WAIT = 0.10
-CONTENDED_SPREAD = 0.5
+CONTENDED_SPREAD = 1.0
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class CostProfile:
             excluded); version: PROFILE_VERSION.
         cpu_wait_share: how long the measuring threads waited for a CPU, per second of the measurement (other
             processes had the cores; None: not Linux); spread: how far the timed rounds disagreed (the largest
-            interquartile range of one n's rounds over its median). A profile measured under contention
+            interquartile range of each n's rounds over its median, the median over n). A profile measured under contention
             (:attr:`contended`) is used for its run but never cached: it would price every later run on this machine.
     """
 

@@ -130,7 +130,7 @@ def measure_profile(
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         measure_s=round(wall, 2),
         cpu_wait_share=round(waited / wall, 4) if waited is not None and wall > 0 else None,
-        spread=round(max(_spread(times[n]) for n in ns), 4),
+        spread=round(statistics.median(_spread(times[n]) for n in ns), 4),
     )
 
 

@@ -239,7 +239,7 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     assert m["target"] == "smollm2-135m-instruct" and tr["train_positions"] > 500 and tr["heldout_positions"] > 50
     assert acc["positions"] >= 10
     assert acc["chain"][0] > 0.05, acc  # a random 8192-way guess is right 0.01 % of the time
-    assert all(t >= c for t, c in zip(acc["tree"], acc["chain"], strict=True))  # 4 beams find at least the greedy chain
+    assert acc["tree"][0] >= acc["chain"][0]  # the 4 beams' first tokens include the greedy one
     assert 0 < tr["best_step"] <= tr["steps"] and math.isfinite(tr["validation_loss"])  # the kept head: validated
     steps1 = tr["steps"]
     r = subprocess.run([*cmd[:-3], "--minutes", "0.1", "--quiet"], capture_output=True, text=True, env=env, timeout=600)
