@@ -118,13 +118,13 @@ def test_a_stopped_worker_is_reported_instead_of_hanging(tiny_pair):
 
 
 def _paused_bench(target, pause_s: float) -> dict:
-    proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "2000", "--json", "-"),
+    proc = subprocess.Popen(bench_args(target, "--prompt", "a b c", "--max-new-tokens", "1000", "--json", "-"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = _Stderr(proc)
     try:
         w = _worker(err)
         assert err.wait_for("bench…", 400), err.text[-2000:]
-        time.sleep(0.2)  # inside the lane (2,000 tokens), most likely mid-forward
+        time.sleep(0.2)  # inside the lane (1,000 tokens), most likely mid-forward
         w.suspend()
         time.sleep(pause_s)
         w.resume()

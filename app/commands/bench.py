@@ -66,9 +66,12 @@ def plan_of(args):
     from app.core.setups import Sampling, parse_setup
     from app.worker.plan import RunPlan
 
+    from app.engines.registry import resolve
+
     sampling = Sampling(args.temperature, args.top_p, args.top_k, args.seed, args.max_new_tokens).validated()
     if args.json and args.json != "-":
         check_writable(args.json)
+    resolve(args.target)  # an unknown target is said before a worker starts (with the known names)
     labels = list(dict.fromkeys(parse_setup(s).label for s in ["baseline", *(args.setup or [])]))
     # every target a lane is moved to (`…@<target>`) gets its own baseline, the one its speedups are measured against
     with_bases: list[str] = []

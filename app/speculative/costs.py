@@ -176,15 +176,13 @@ def cached_or_measure(engine, *, force: bool = False, progress: ProgressFn | Non
     """The engine's profile from the cache, or measured now (and cached). Returns (profile, measured_now).
 
     A measurement made under contention (CostProfile.contended: other processes took the CPU, or the rounds
-    disagree) is taken again once; if the second is contended too it is returned for this run but not cached, so a
-    busy moment never becomes this machine's cost curve."""
+    disagree) is used for this run, flagged, and not cached: the next run measures again, so a busy moment never
+    becomes this machine's cost curve."""
     if not force:
         p = load_profile(profile_key(engine))
         if p is not None and not p.contended:
             return p, False
     p = measure_profile(engine, progress=progress, **kw)
-    if p.contended:
-        p = measure_profile(engine, progress=progress, **kw)
     if not p.contended:
         save_profile(p)
     return p, True

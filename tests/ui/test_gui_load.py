@@ -586,7 +586,7 @@ def test_live_vs_frozen_runs_real_lanes_and_the_frozen_window_runs_nothing(tiny_
     script, _ = _live_vs_frozen()
     target, _ = tiny_pair
     r = subprocess.run([sys.executable, str(script), "--target", str(target), "--setup", "baseline", "--setup", "ngram:n=2,k=4",
-                        "--prompt", "Tell a story.", "--max-new-tokens", "400", "--pairs", "1", "--platform", "offscreen"],
+                        "--prompt", "Tell a story.", "--max-new-tokens", "200", "--pairs", "1", "--platform", "offscreen"],
                        capture_output=True, text=True, timeout=600, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     passes = re.findall(r"pass +\d+ +(warm-up|live|frozen): baseline ([\d.]+), ngram:n=2,k=4 ([\d.]+) tok/s .* event-loop ticks (\d+)",
