@@ -14,28 +14,48 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train(*args: str, heads: Path | str) -> subprocess.CompletedProcess:
+    """`python -m app train-drafter` as a user runs it (a process of its own)."""
     env = {**os.environ, "SPECDECK_HEADS": str(heads)}
     return subprocess.run([sys.executable, "-m", "app", "train-drafter", "--target", "smollm2-135m-instruct", *args],
                           capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
 
 
+@pytest.fixture
+def train_here(monkeypatch, capsys):
+    """The same command through `app.commands.main` in this process (refusals need no process of their own: each
+    subprocess would spend seconds importing torch before refusing). Returns (exit code, stderr)."""
+    from app.commands import main
+
+    def run(*args: str, heads: Path | str) -> tuple[int, str]:
+        monkeypatch.setenv("SPECDECK_HEADS", str(heads))
+        capsys.readouterr()
+        rc = main(["train-drafter", "--target", "smollm2-135m-instruct", *args])
+        return rc, capsys.readouterr().err
+
+    return run
+
+
 @pytest.mark.parametrize("name", ["..", "../elsewhere", "/tmp/x", "a/b", ".hidden", ""])
-def test_a_head_name_that_is_a_path_deletes_nothing(tmp_path, name):
+def test_a_head_name_that_is_a_path_deletes_nothing(tmp_path, name, train_here):
     heads = tmp_path / "heads"
     heads.mkdir()
     keep = tmp_path / "elsewhere"
     keep.mkdir()
     (keep / "precious.txt").write_text("keep me")
     (heads / "other").mkdir()
-    r = _train("--name", name, "--fresh", "--minutes", "0.1", heads=heads)
-    assert r.returncode == 2 and f"head name {name!r} is not a plain name" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    if name == "..":  # one case as a user runs it
+        r = _train("--name", name, "--fresh", "--minutes", "0.1", heads=heads)
+        rc, err = r.returncode, r.stderr
+    else:
+        rc, err = train_here("--name", name, "--fresh", "--minutes", "0.1", heads=heads)
+    assert rc == 2 and f"head name {name!r} is not a plain name" in err and "Traceback" not in err, err
     assert (keep / "precious.txt").read_text() == "keep me" and (heads / "other").is_dir()
 
 
-def test_an_unwritable_heads_folder_is_said_before_the_model_loads(tmp_path):
-    r = _train("--name", "h", "--minutes", "0.1", heads="/proc/specdeck-heads")
-    assert r.returncode == 2 and "cannot write the trained head to /proc/specdeck-heads" in r.stderr
-    assert "SPECDECK_HEADS" in r.stderr and "Traceback" not in r.stderr
+def test_an_unwritable_heads_folder_is_said_before_the_model_loads(train_here):
+    rc, err = train_here("--name", "h", "--minutes", "0.1", heads="/proc/specdeck-heads")
+    assert rc == 2 and "cannot write the trained head to /proc/specdeck-heads" in err
+    assert "SPECDECK_HEADS" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, says", [
@@ -45,9 +65,9 @@ def test_an_unwritable_heads_folder_is_said_before_the_model_loads(tmp_path):
     (("--vocab", "-5"), "--vocab must be in [16, 1048576]"),
     (("--data-share", "nan"), "--data-share must be in [0.1, 0.9], got nan"),
 ])
-def test_nonsense_budgets_are_refused_before_the_model_loads(tmp_path, args, says):
-    r = _train("--name", "h", *args, heads=tmp_path)
-    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+def test_nonsense_budgets_are_refused_before_the_model_loads(tmp_path, args, says, train_here):
+    rc, err = train_here("--name", "h", *args, heads=tmp_path)
+    assert rc == 2 and says in err and "Traceback" not in err, err
     assert not (tmp_path / "h").exists()
 
 
