@@ -19,7 +19,7 @@ export SPECDECK_PHASES ?= $(CURDIR)/.cache/setup/phases-$(shell date +%s%N).tsv
 
 # Debian packages: a C++ compiler for llama.cpp; what Qt needs headless (tests) and for a real window (run, screenshots).
 DEB_BUILD := g++
-DEB_TEST := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core
+DEB_TEST := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core desktop-file-utils
 DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 imagemagick
 
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
@@ -31,6 +31,9 @@ QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 run:
 	@$(MAKE) --no-print-directory -j4 setup-run
 	@$(PHASE) summary
+	@if [ ! -e "$${XDG_DATA_HOME:-$$HOME/.local/share}/applications/specdeck.desktop" ] && [ ! -e .cache/setup/launcher-told ]; then \
+	  echo "Tip: '$(PY) -m app install-desktop' puts SpecDeck in your desktop's menu (and opens *.specdeck run files); said once."; \
+	  mkdir -p .cache/setup && touch .cache/setup/launcher-told; fi
 	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
 	  $(PY) -m app gui; \
 	else \
@@ -66,7 +69,8 @@ bench: deps models-qwen
 	  --setup hf-assisted:$(QWEN_DRAFT) --setup hf-assisted:$(QWEN_DRAFT),dtype=int8 --suite specbench-mini --max-new-tokens 64
 
 screenshots: deps models-qwen deb-gui
-	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots --max-new-tokens 48
+	xvfb-run -a -s "-screen 0 1600x1000x24" $(PY) -m app.ui.screenshots resources/screenshots --max-new-tokens 48 \
+	  --beside resources/screenshots/smollm2-2core-epyc.specdeck
 
 # ruff on everything, mypy on the non-UI packages listed in [tool.mypy] (pyproject.toml); both always run.
 # On a machine with an NVIDIA GPU (and a CUDA build of torch): CUDA lanes in bfloat16/float16, real NVML telemetry,

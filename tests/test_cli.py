@@ -48,7 +48,7 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     out = tmp_path / "r.json"
     r = app("bench", "--target", t, "--setup", f"draft:{d},k=3,cstop=1e-9,dtype=int8", "--setup", "hf-lookup:k=4",
             "--setup", f"hf-assisted:{d},k=3", "--suite", "quick", "--max-new-tokens", "12", "--mode", "interleaved", "--no-chat",
-            "--json", str(out), "--quiet")
+            "--json", str(out), "--record", str(tmp_path / "r.specdeck"), "--quiet")
     assert r.returncode == 0, r.stderr
     assert "speedup" in r.stdout and "theory" in r.stdout and f"draft:{d},k=3,cstop=1e-09,dtype=int8" in r.stdout
     assert "speedup by category" in r.stdout and "editing" in r.stdout
@@ -58,6 +58,16 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours (int8 draft) and HF's reference lanes, greedy fp32
     # the table lists the baseline first, then the setups as asked (not in the order interleaved lanes finished)
     assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3"]
+    # --record: the same run as a run file (every lane's steps, timed, and the same report) that the window can show
+    from app.core.events import LaneDone, StepEvent
+    from app.worker.runfile import load
+
+    rec = load(tmp_path / "r.specdeck")
+    assert rec.report["summary"] == doc["summary"] and rec.plan.setups == tuple(x["setup"] for x in doc["summary"])
+    done = [ev for _, ev in rec.events if isinstance(ev, LaneDone) and not ev.lane_id.startswith("warm")]
+    steps = [ev for _, ev in rec.events if isinstance(ev, StepEvent) and not ev.lane_id.startswith("warm")]
+    assert len(done) == 12 and sum(len(s.emitted_ids) for s in steps) == sum(x["new_tokens"] for x in doc["runs"])
+    assert [t for t, _ in rec.events] == sorted(t for t, _ in rec.events) and rec.duration_s >= rec.events[-1][0]
 
 
 @pytest.mark.parametrize(

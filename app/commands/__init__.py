@@ -31,6 +31,7 @@ COMMANDS = (
     ("telemetry", "telemetry"),
     ("gpu-check", "gpu_check"),
     ("gui", "gui"),
+    ("install-desktop", "desktop"),
 )
 
 
@@ -52,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "--version")):
-        argv = ["gui", *argv]  # the desktop app is the default command; gui options may come first
+    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "--version")) or argv[0].endswith(".specdeck"):
+        argv = ["gui", *argv]  # the desktop app is the default command; gui options or a run file may come first
     if argv[0] == "--version":
         from app import __version__
 

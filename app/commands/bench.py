@@ -7,8 +7,11 @@ printed and saved in every case (the report's `errors` and `incomplete` say what
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import tempfile
+import time
 from typing import Any
 
 from app.commands.worker_run import Stuck, WorkerRun
@@ -44,6 +47,10 @@ def add_parser(sub) -> None:
     b.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
     b.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     b.add_argument("--json", metavar="PATH", help="write the JSON report to PATH, or - for stdout (then no table)")
+    b.add_argument("--record", metavar="PATH", help="save the run as a run file (.specdeck): every event with its time, to show "
+                   "or replay in the window with no worker and no model (`specdeck gui PATH`)")
+    b.add_argument("--label", metavar="NAME", help="the machine's name in the run file (default: its GPU, else its host name), "
+                   "e.g. \"laptop\" or \"H200\": runs put beside each other are labelled with it")
     b.add_argument("--quiet", action="store_true", help="no progress")
     b.set_defaults(func=run)
 
@@ -64,13 +71,14 @@ def _prompts(args):
 def plan_of(args):
     """The run asked for on the command line (baseline first, then the setups as given), checked before any work."""
     from app.core.setups import Sampling, parse_setup
-    from app.worker.plan import RunPlan
-
     from app.engines.registry import resolve
+    from app.worker.plan import RunPlan
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k, args.seed, args.max_new_tokens).validated()
     if args.json and args.json != "-":
         check_writable(args.json)
+    if args.record:
+        check_writable(args.record, "--record")
     resolve(args.target)  # an unknown target is said before a worker starts (with the known names)
     labels = list(dict.fromkeys(parse_setup(s).label for s in ["baseline", *(args.setup or [])]))
     # every target a lane is moved to (`…@<target>`) gets its own baseline, the one its speedups are measured against
@@ -88,13 +96,16 @@ def plan_of(args):
 class _Bench:
     """One `bench`: load → warm-up → run, collecting results as they come."""
 
-    def __init__(self, plan, quiet: bool) -> None:
+    def __init__(self, plan, quiet: bool, record: bool = False) -> None:
         from app.worker.plan import RunResults
+        from app.worker.runfile import RunRecorder
 
         self.plan = plan
-        self.w = WorkerRun(quiet)
+        self.recorder = RunRecorder(plan) if record else None  # every event the window would have shown, timed
+        self.w = WorkerRun(quiet, tap=self.recorder.worker_event if self.recorder is not None else None)
         self.results = RunResults(plan)
         self.failed_setups: set[int] = set()
+        self.label = ""  # the machine's name in a run file (--label)
         self.device, self.dtype = plan.device or "auto", plan.dtype or "auto"
 
     def load(self) -> None:
@@ -118,7 +129,10 @@ class _Bench:
                 self.failed_setups.add(i)
                 for spec in self.plan.lanes:
                     if self.plan.setup_index(spec.lane_id) == i:
-                        self.results.on_event(RunError(spec.lane_id, f"in the warm-up: {e.message}", kind=e.kind))
+                        failed = RunError(spec.lane_id, f"in the warm-up: {e.message}", kind=e.kind)
+                        self.results.on_event(failed)
+                        if self.recorder is not None:
+                            self.recorder.event(failed, time.monotonic())
         return errors
 
     def run(self) -> None:
@@ -147,7 +161,8 @@ class _Bench:
 
 
 def run(args) -> int:
-    b = _Bench(plan_of(args), args.quiet)
+    b = _Bench(plan_of(args), args.quiet, record=bool(args.record))
+    b.label = args.label or ""
     failure: str | None = None
     rc = 0
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -188,6 +203,8 @@ def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
         if not done:
             return rc
     doc = results.report(b.device, b.dtype, extra)
+    if args.record and b.recorder is not None:
+        rc = _save_record(b, doc, args.record, stopped=bool(failure)) or rc
     if args.json == "-":
         print(json.dumps(doc, indent=1, ensure_ascii=False))
     else:
@@ -198,6 +215,33 @@ def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
                 print(f"error: could not write {args.json}; the report was saved to {where}", file=sys.stderr)
                 rc = rc or 2
     return rc or (2 if results.errors else 0)
+
+
+def _save_record(b: _Bench, doc: dict, path: str, stopped: bool) -> int:
+    """Write the run file; when `path` cannot be written, beside it in the current or temp folder (the run is not
+    thrown away). Returns 2 when it did not go to `path`."""
+    from app.worker.runfile import machine_info, save
+
+    assert b.recorder is not None
+    dev = getattr(b.w.ready, "device_info", "") or ""
+    b.recorder.machine = machine_info(b.label, gpus=(dev.removeprefix("cuda: "),) if dev.startswith("cuda: ") else ())
+    b.recorder.finish(doc, (), stopped=stopped)
+    record = b.recorder.record()
+    try:
+        save(record, path)
+        print(f"run saved to {path} (show it: specdeck gui {path})", file=sys.stderr)
+        return 0
+    except OSError as e:
+        for folder in (os.getcwd(), tempfile.gettempdir()):
+            alt = os.path.join(folder, os.path.basename(path) or "bench.specdeck")
+            try:
+                save(record, alt)
+            except OSError:
+                continue
+            print(f"error: could not write {path} ({e.strerror or e}); the run file was saved to {alt}", file=sys.stderr)
+            return 2
+        print(f"error: could not write {path} ({e.strerror or e}), nor in the current or temp folder", file=sys.stderr)
+        return 2
 
 
 def error_lines(errors: list) -> list[str]:

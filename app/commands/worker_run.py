@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import queue
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ class WorkerRun:
         client: the worker client (default: a new WorkerGroup).
     """
 
-    def __init__(self, quiet: bool = False, client: Any = None) -> None:
+    def __init__(self, quiet: bool = False, client: Any = None, tap: Callable[[Any, float], None] | None = None) -> None:
         if client is None:
             from app.worker.group import WorkerGroup
 
@@ -43,6 +44,8 @@ class WorkerRun:
         self.quiet = quiet
         self.bar = ProgressBars(quiet)
         self.silence_s = silence_s()
+        self.tap = tap  # sees every event received, with its monotonic receive time (bench --record)
+        self.ready: Any = None  # the worker's WorkerReady, once started
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -59,7 +62,10 @@ class WorkerRun:
 
     def _next(self, doing: str) -> Any:
         try:
-            return self.client.get(timeout=self.silence_s)
+            ev = self.client.get(timeout=self.silence_s)
+            if self.tap is not None:
+                self.tap(ev, time.monotonic())
+            return ev
         except queue.Empty:
             raise Stuck(f"the worker (pid {self.client.pid}) sent nothing, not even a heartbeat, for {self.silence_s:.0f} s{doing}",
                         fix="it was stopped (kill -STOP?) or is hung; rerun on a quiet machine, or raise SPECDECK_WORKER_SILENCE_S") from None
@@ -76,6 +82,7 @@ class WorkerRun:
         from app.worker.messages import EnginesLoaded, WorkerDied
 
         ready = self.client.start()
+        self.ready = ready
         self.say(f"worker pid {ready.pid} ready in {ready.startup_s:.1f} s ({ready.device_info}, torch {ready.torch_version})")
         self.client.send(cmd)
         profiles: list = []

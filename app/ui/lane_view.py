@@ -11,12 +11,13 @@ chunks), so a very long run neither grows memory without bound nor slows every r
 from __future__ import annotations
 
 import bisect
+import html
 import math
 import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QColor, QFont, QPalette, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
+from PySide6.QtGui import QColor, QFont, QFontInfo, QPalette, QTextBlockFormat, QTextCursor, QTextFormat, QTextOption
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import StepEvent, TreeStep
@@ -158,6 +159,7 @@ class LaneView(QFrame):
         self.color = color
         self.theme = theme
         self.max_tokens = max_tokens
+        self.machine = ""  # the machine the lane ran on, when runs of several machines are beside each other
         self.show_rejected = True
         self._fmts: dict = {}  # kind index → QTextCharFormat, for _fmts_theme
         self._fmts_theme: Theme | None = None
@@ -255,11 +257,15 @@ class LaneView(QFrame):
         self._dirty_header = True
         self.update_header()
 
-    def set_setup(self, setup: str, subtitle: str = "") -> None:
+    def set_setup(self, setup: str, subtitle: str = "", machine: str | None = None) -> None:
+        """The header: lane number, the machine it ran on (runs beside each other), setup and what runs it."""
         self.setup = setup
+        if machine is not None:
+            self.machine = machine
         sw = f"<span style='color:{self.color}; font-size:15px'>■</span>"
         sub = f" <span style='color:{self.theme.muted}'>{subtitle}</span>" if subtitle else ""
-        self.title.setText(f"{sw} <b>Lane {self.index + 1}</b> &nbsp;<code>{setup or '—'}</code>{sub}")
+        on = f" · {html.escape(self.machine)}" if self.machine else ""
+        self.title.setText(f"{sw} <b>Lane {self.index + 1}{on}</b> &nbsp;<code>{setup or '—'}</code>{sub}")
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -317,6 +323,30 @@ class LaneView(QFrame):
             f"QLabel {{ background:{bg}; color:{fg}; border:1px solid {fg}; border-radius:8px; padding:0px 8px; font-weight:600 }}"
         )
         self.badge.show()
+
+    # --- presentation ----------------------------------------------------------------------------
+    def set_text_px(self, px: int | None) -> None:
+        """Lane text at `px` pixels (presentation mode), the header and figures in proportion; None: the usual sizes."""
+        f = self.text.document().defaultFont()
+        if px is None:
+            f.setPointSizeF(10.5)
+        else:
+            f.setPixelSize(int(px))
+        self.text.document().setDefaultFont(f)
+        sf = self.stats_label.font()
+        sf.setPixelSize(11 if px is None else max(11, round(px * 0.6)))
+        self.stats_label.setFont(sf)
+        tf = self.title.font()
+        if px is None:
+            tf.setPointSizeF(QFont().pointSizeF())
+        else:
+            tf.setPixelSize(max(12, round(px * 0.7)))
+        for w in (self.title, self.status, self.badge, self.error, self.notice):
+            w.setFont(tf)
+
+    def text_px(self) -> int:
+        """The lane text's size in pixels as drawn."""
+        return QFontInfo(self.text.document().defaultFont()).pixelSize()
 
     # --- events ----------------------------------------------------------------------------------
     def add_step(self, ev: StepEvent, t_recv: float | None = None) -> None:

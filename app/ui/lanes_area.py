@@ -11,6 +11,7 @@ appears as it ends, once the baseline's result is in.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.core.events import LaneDone, LaneStarted, Progress, RunError, StepEvent
@@ -69,6 +70,7 @@ class LanesArea(QWidget):
         self.by_id: dict[str, LaneView] = {}
         self.plan: RunPlan | None = None
         self.results: RunResults | None = None
+        self.text_px: int | None = None  # lane text size in presentation mode (None: the usual)
         self.legend = QLabel()
         self.legend.setObjectName("legend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
@@ -102,13 +104,26 @@ class LanesArea(QWidget):
             hz = FEW_CORES_HEADER_HZ if few_cores() else HEADER_HZ
             v = LaneView(i, LANE_COLORS[i % len(LANE_COLORS)], self.theme, header_hz=hz)
             v.set_show_rejected(not self.hide_rejected.isChecked())
+            if self.text_px is not None:
+                v.set_text_px(self.text_px)
             self.views.append(v)
-        cols = 2 if n == 4 else max(1, n)
+        cols = 2 if n == 4 else max(1, n) if n <= 4 else (n + 1) // 2  # more than 4: runs beside each other, two rows
         for i, (v, s) in enumerate(zip(self.views, setups, strict=True)):
             self.grid.addWidget(v, i // cols, i % cols)
-            v.set_setup(s)
-        for c in range(4):
+            v.set_setup(s, machine="")
+        for c in range(max(4, cols)):
             self.grid.setColumnStretch(c, 1 if c < cols else 0)
+
+    def set_text_px(self, px: int | None) -> None:
+        """Every lane's text at `px` pixels (presentation mode; None: the usual size), lanes added later too."""
+        self.text_px = px
+        for v in self.views:
+            v.set_text_px(px)
+        f = QFont()
+        if px is not None:
+            f.setPixelSize(max(12, round(px * 0.7)))
+        for w in (self.legend, self.hide_rejected):
+            w.setFont(f)
 
     def on_frame(self) -> None:
         """RunSink's display frame: draw what arrived since the last one."""
@@ -148,7 +163,7 @@ class LanesArea(QWidget):
         for spec, v in zip(plan.lanes, self.views, strict=False):
             v.reset()
             v.hold_scrollbar(few)
-            v.set_setup(spec.setup)
+            v.set_setup(spec.setup, machine=plan.machine_of(spec.lane_id))
             v.set_state("waiting", "waiting…")
             self.by_id[spec.lane_id] = v
 

@@ -1,22 +1,38 @@
 """`python -m app gui`: start the SpecDeck window.
 
-python -m app gui [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
-                  [--max-new-tokens N] [--mode interleaved|sequential] [--dark]
+python -m app gui [RUNFILE [--beside RUNFILE2]] [--replay SPEED] [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
+                  [--max-new-tokens N] [--mode interleaved|sequential] [--dark] [--present]
                   [--autorun] [--screenshot PATH] [--export PATH] [--quit-after-run]
                   [--size WxH] [--settings PATH]
+
+With RUNFILE (a run saved by File ▸ Save run or `bench --record`), the window shows that run as it finished — or
+replays it at SPEED times its recorded pace — with no worker and no model. A run file that cannot be shown is one
+message (on stderr, and in a dialog when the window would have been on a screen); no window is left half-drawn.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
-__all__ = ["main", "build_parser", "gui_app", "check_paths", "export_report"]
+__all__ = ["main", "build_parser", "gui_app", "check_paths", "export_report", "ICON", "DESKTOP_ID"]
+
+#: the app's icon (the window's, the launcher's: app.commands.desktop installs it in the icon theme)
+ICON = Path(__file__).resolve().parents[2] / "resources" / "icons" / "specdeck.svg"
+#: the desktop entry's id (specdeck.desktop): the window says it, so task bars match it to the launcher
+DESKTOP_ID = "specdeck"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdeck gui", description="Compare decoding setups side by side.")
+    p.add_argument("runfile", nargs="?", metavar="RUNFILE",
+                   help="a run file (.specdeck, from File ▸ Save run or `bench --record`) to show as it finished")
+    p.add_argument("--beside", metavar="RUNFILE2", help="put a second run file beside RUNFILE (e.g. a GPU run beside a laptop run)")
+    p.add_argument("--replay", type=float, metavar="SPEED",
+                   help="replay RUNFILE at SPEED times its recorded pace (1, 2, 4…) instead of showing it as it finished")
     p.add_argument("--preset", help="start from a preset ('PyTorch and llama.cpp side by side', 'Baseline vs draft model vs n-gram', "
                    "'SmolLM2 quick'; aliases qwen, qwen-torch, smollm2)")
     p.add_argument("--target", help="target engine name or model folder")
@@ -25,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--mode", choices=("interleaved", "sequential"))
     p.add_argument("--dark", action="store_true", help="dark palette")
+    p.add_argument("--present", action="store_true", help="start in presentation mode (full screen, large text; F11 leaves it)")
     p.add_argument("--autorun", action="store_true", help="start a run immediately")
     p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when the run ends (or at once without --autorun)")
     p.add_argument("--export", metavar="PATH",
@@ -125,6 +142,27 @@ def main(argv: list[str] | None = None) -> int:
     except SpecDeckError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    record = None
+    if args.runfile:
+        from app.worker.runfile import load
+
+        try:
+            if args.replay is not None and not (0 < args.replay <= 64):
+                raise SpecDeckError(f"--replay {args.replay:g}: a speed is a number of times the recorded pace, from 0.1 to 64",
+                                    fix="e.g. --replay 1 (as recorded) or --replay 4; leave it out to show the run as it finished")
+            record = load(args.runfile)
+            if args.beside:
+                from app.worker.runfile import beside
+
+                record = beside(record, load(args.beside))
+        except SpecDeckError as e:
+            print(f"error: {e}", file=sys.stderr)
+            _error_dialog(str(e))
+            return 2
+    elif args.replay is not None or args.beside:
+        print(f"error: {'--replay' if args.replay is not None else '--beside'} needs a run file: specdeck gui RUNFILE "
+              f"{'--replay 1' if args.replay is not None else '--beside RUNFILE2'}", file=sys.stderr)
+        return 2
     from PySide6.QtCore import QSettings
 
     from app.ui.main_window import MainWindow
@@ -137,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
               "measures", file=sys.stderr)
     app.setOrganizationName("SpecDeck")
     app.setApplicationName("SpecDeck")
+    set_identity(app)
     try:
         session = preset(args.preset) if args.preset else None
     except SpecDeckError as e:
@@ -163,10 +202,31 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         pass
     win.show()
-    return _run_window(app, win, args)
+    if args.present:
+        win.present(True)
+    return _run_window(app, win, args, record)
 
 
-def _run_window(app, win, args) -> int:
+def set_identity(app) -> None:
+    """The window's icon and desktop file name (Wayland and task bars match the window to the launcher by it)."""
+    from PySide6.QtGui import QIcon
+
+    app.setWindowIcon(QIcon(str(ICON)))
+    app.setDesktopFileName(DESKTOP_ID)
+
+
+def _error_dialog(message: str) -> None:
+    """Say `message` in a dialog when a window would be on a screen (launched from a file manager, nobody reads stderr)."""
+    if os.environ.get("QT_QPA_PLATFORM", "") in ("offscreen", "minimal") or not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    set_identity(app)
+    QMessageBox.critical(None, "SpecDeck", message)
+
+
+def _run_window(app, win, args, record=None) -> int:
     """The event loop, with what --autorun, --export, --screenshot and --quit-after-run ask of it; the exit code."""
     from PySide6.QtCore import QTimer
 
@@ -192,7 +252,9 @@ def _run_window(app, win, args) -> int:
             QTimer.singleShot(600, quit_app)
 
     win.runEnded.connect(after_run)
-    if args.autorun:
+    if record is not None:
+        QTimer.singleShot(0, lambda: win.show_record(record, args.runfile, args.replay or 0.0))
+    elif args.autorun:
 
         def start() -> None:
             if win.run() is None:
@@ -202,7 +264,7 @@ def _run_window(app, win, args) -> int:
                     quit_app()
 
         QTimer.singleShot(0, start)
-    elif args.screenshot:
+    if record is None and not args.autorun and args.screenshot:
         QTimer.singleShot(500, lambda: (win.save_window_png(args.screenshot), args.quit_after_run and quit_app()))
     rc = app.exec()
     import shiboken6

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QFont, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -44,7 +44,7 @@ from app.ui.load import LoadMeter, prepare_sampler, start_sampler
 from app.ui.plots import PlotPanel
 from app.ui.priority import gui_priority
 from app.ui.results import ResultsPanel
-from app.ui.run_controller import RunController
+from app.ui.run_controller import REPLAY_SPEEDS, RunController
 from app.ui.session import PRESETS, Session, default_preset_name
 from app.ui.setup_dock import MAX_LANES, WARMUP_TOKENS, SetupPanel
 from app.ui.setup_editor import engine_name, fill_engine_combo
@@ -52,8 +52,14 @@ from app.ui.status_bar import RunStatusBar
 from app.ui.theme import DARK, LIGHT, apply_palette
 from app.worker.group import WorkerGroup
 from app.worker.plan import RunPlan
+from app.worker.runfile import SUFFIX, RunFileError, RunRecord, beside, load, machine_info, save
 
-__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan"]
+__all__ = ["MainWindow", "MAX_LANES", "engine_statuses", "engine_scan", "PRESENT_PX"]
+
+#: lane text in presentation mode at zoom 1, in pixels: readable from about 5 m on a 1080p projector
+PRESENT_PX = 28
+#: presentation zoom range (Ctrl+= / Ctrl+−) and its step
+PRESENT_ZOOM = (0.6, 3.0, 1.125)
 
 
 def engine_scan():
@@ -111,6 +117,9 @@ class MainWindow(QMainWindow):
         self.controller.runStarted.connect(self._run_started)
         self.controller.runEnded.connect(self._run_ended)
         self.controller.workerState.connect(self.status.set_worker)
+        self.controller.replaySample.connect(self._replayed_sample)
+        self.record: RunRecord | None = None  # the run shown: the last live run's recording, or a run file opened
+        self.record_path: str | None = None  # where `record` was read from or saved to
         self.setup_panel.lanesChanged.connect(self._lanes_changed)
 
         first = session if session is not None else self._remembered_session()
@@ -122,6 +131,9 @@ class MainWindow(QMainWindow):
         self.apply_theme(self.theme)
         self.lanes.hide_rejected.setChecked(self._setting("ui/hide_rejected", False, bool))
         self.setup_panel.warmup_check.setChecked(self._setting("ui/warmup", True, bool))
+        self.presenting = False
+        self._before_present: tuple | None = None
+        self.present_zoom = min(PRESENT_ZOOM[1], max(PRESENT_ZOOM[0], self._setting("ui/present_zoom", 1.0, float)))
         self.live_plots_action.setChecked(self._setting("ui/live_plots", True, bool))
         geo = self._setting("ui/geometry", None, None)
         if geo is not None:
@@ -168,8 +180,16 @@ class MainWindow(QMainWindow):
         self.stop_btn.setToolTip("Stop (Esc): lanes stop within one step")
         self.stop_btn.setEnabled(False)
         self.stop_btn.clicked.connect(self.stop)
+        self.replay_btn = QPushButton("⟲  Replay")
+        self.replay_btn.setToolTip("Replay the run shown at its recorded pace, with no worker and no model (Ctrl+R)")
+        self.replay_btn.setEnabled(False)
+        self.replay_btn.clicked.connect(lambda: self.replay())
+        self.speed_combo = QComboBox()
+        for speed in REPLAY_SPEEDS:
+            self.speed_combo.addItem(f"{speed:g}x" if speed else "at once", speed)
+        self.speed_combo.setToolTip("replay speed: the recorded pace, faster, or the run as it finished")
         for w in (QLabel(" Preset "), self.preset_combo, None, QLabel(" Target "), self.target_combo, QLabel("  Mode "),
-                  self.mode_combo, None, self.run_btn, self.stop_btn):
+                  self.mode_combo, None, self.run_btn, self.stop_btn, None, self.replay_btn, self.speed_combo):
             tb.addSeparator() if w is None else tb.addWidget(w)
         spacer = QWidget()
         spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -182,12 +202,19 @@ class MainWindow(QMainWindow):
         for seq in ("Ctrl+Return", "Ctrl+Enter"):
             QShortcut(QKeySequence(seq), self, activated=self.run, context=Qt.ShortcutContext.ApplicationShortcut)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop, context=Qt.ShortcutContext.ApplicationShortcut)
+        QShortcut(QKeySequence("Ctrl+R"), self, activated=lambda: self.replay(), context=Qt.ShortcutContext.ApplicationShortcut)
+        for seq, step in (("Ctrl+=", 1), ("Ctrl++", 1), ("Ctrl+-", -1)):
+            QShortcut(QKeySequence(seq), self, activated=lambda d=step: self.zoom(d), context=Qt.ShortcutContext.ApplicationShortcut)
 
     def _build_menus(self) -> None:
         m = self.menuBar().addMenu("&File")
         for text, slot, key in (
             ("Open session…", self.open_session, QKeySequence.StandardKey.Open),
             ("Save session…", self.save_session, QKeySequence.StandardKey.Save),
+            (None, None, None),
+            ("Open run…", self.open_run, QKeySequence("Ctrl+Shift+O")),
+            ("Open run beside…", self.open_run_beside, QKeySequence("Ctrl+Shift+B")),
+            ("Save run…", self.save_run, QKeySequence("Ctrl+Shift+S")),
             (None, None, None),
             ("Export results JSON…", self.export_json, None),
             ("Export results CSV…", self.export_csv, None),
@@ -215,6 +242,17 @@ class MainWindow(QMainWindow):
         self.live_plots_action.setToolTip("untick to draw the plots once, when the run ends: on a machine with few cores the\n"
                                           "window's drawing takes CPU from the lanes it measures")
         self.live_plots_action.toggled.connect(self.plots.set_live)
+        self.machine_action = v.addAction("Machine name…")
+        self.machine_action.setToolTip("how run files saved here name this machine (e.g. \"laptop\"); runs put beside each other show it")
+        self.machine_action.triggered.connect(lambda: self.ask_machine_label())
+        v.addSeparator()
+        self.present_action = v.addAction("Present")
+        self.present_action.setCheckable(True)
+        self.present_action.setShortcut(QKeySequence(Qt.Key.Key_F11))
+        self.present_action.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
+        self.present_action.setToolTip("full screen, the setup hidden, large text and one tokens/s plot (F11; Ctrl+= / Ctrl+− text size)")
+        self.present_action.toggled.connect(self.present)
+        self.addAction(self.present_action)  # F11 works with the menu bar hidden
 
     def _build_dock(self) -> None:
         self.setup_panel = SetupPanel()
@@ -391,6 +429,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("ui/hide_rejected", self.lanes.hide_rejected.isChecked())
         self.settings.setValue("ui/warmup", self.setup_panel.warmup_check.isChecked())
         self.settings.setValue("ui/live_plots", self.live_plots_action.isChecked())
+        self.settings.setValue("ui/present_zoom", self.present_zoom)
         self.settings.setValue("ui/geometry", self.saveGeometry())
         self.settings.sync()
 
@@ -461,20 +500,230 @@ class MainWindow(QMainWindow):
     def _set_running_ui(self, running: bool) -> None:
         self.run_btn.setEnabled(not running and self.setup_panel.invalid_lane() is None)
         self.stop_btn.setEnabled(running)
+        self.replay_btn.setEnabled(not running and self.record is not None)
         for w in (self.setup_panel, self.target_combo, self.preset_combo, self.mode_combo):
             w.setEnabled(not running)
 
     def _run_started(self, run_id: str) -> None:
+        if self.controller.replaying is None:
+            self.record, self.record_path = None, None
+            self.plots.show_live_telemetry()
+            self._set_title()
         self._set_running_ui(True)
         self.runStarted.emit(run_id)
 
     def _run_ended(self, run_id: str) -> None:
+        rec = self.controller.replaying
+        if rec is None:
+            self._measure_load()
+            self._keep_record()
+        else:
+            note = (rec.report.get("gui") or {}).get("load", {}).get("note", "") if isinstance(rec.report.get("gui"), dict) else ""
+            self.results.set_load_note(f"⚠ {note}" if note else "")
+            self.status.show_message(f"{self._record_line(rec)} · Replay (Ctrl+R) plays it again")
         self._set_running_ui(False)
-        self._measure_load()
         r = self.controller.results
         if r is not None and not r.stopped and r.by_lane():
             self.tabs.setCurrentWidget(self.results)
         self.runEnded.emit(run_id)
+
+    # ================================================================================= presentation
+    def present(self, on: bool = True) -> None:
+        """Presentation mode: full screen, the setup panel and menu hidden, the lanes and one large tokens/s plot,
+        text at :data:`PRESENT_PX` × the remembered zoom; Run (Ctrl+Enter), Stop (Esc) and Replay (Ctrl+R) from the
+        keyboard; F11 leaves it, restoring the window as it was."""
+        on = bool(on)
+        if on == self.presenting:
+            return
+        self.presenting = on
+        if self.present_action.isChecked() != on:
+            self.present_action.blockSignals(True)
+            self.present_action.setChecked(on)
+            self.present_action.blockSignals(False)
+        if on:
+            self._before_present = (self.windowState(), self.setup_dock.isVisible(), self.tabs.currentIndex(), self.splitter.sizes(),
+                                    self.geometry())
+            self.setup_dock.hide()
+            self.menuBar().hide()
+            self.tabs.setCurrentWidget(self.plots)
+            self.showFullScreen()
+            screen = self.screen()
+            if screen is not None:  # without a window manager (Xvfb, kiosks) full screen is only a state: fill it
+                self.setGeometry(screen.geometry())
+            self.splitter.setSizes([3, 2])
+            self.status.show_message("presenting · F11 leaves · Ctrl+= / Ctrl+− text size · Ctrl+Enter run · Esc stop · Ctrl+R replay")
+        else:
+            state, dock, tab, sizes = (self._before_present or (Qt.WindowState.WindowNoState, True, 0, []))[:4]
+            self.menuBar().show()
+            self.setup_dock.setVisible(dock)
+            self.setWindowState(state)
+            if self._before_present is not None and len(self._before_present) > 4:
+                self.setGeometry(self._before_present[4])
+            self.tabs.setCurrentIndex(tab)
+            if sizes:
+                self.splitter.setSizes(sizes)
+        self._apply_present_px()
+
+    def present_px(self) -> int | None:
+        """Lane text size in presentation mode (None: not presenting)."""
+        return round(PRESENT_PX * self.present_zoom) if self.presenting else None
+
+    def zoom(self, step: int) -> None:
+        """Presentation text one step larger (+1) or smaller (−1), remembered between launches."""
+        if not self.presenting:
+            return
+        lo, hi, f = PRESENT_ZOOM
+        self.present_zoom = min(hi, max(lo, self.present_zoom * (f if step > 0 else 1 / f)))
+        self.settings.setValue("ui/present_zoom", self.present_zoom)
+        self._apply_present_px()
+        self.status.show_message(f"presentation text {self.present_px()} px ({self.present_zoom:.0%})")
+
+    def _apply_present_px(self) -> None:
+        px = self.present_px()
+        self.lanes.set_text_px(px)
+        self.results.set_text_px(None if px is None else round(px * 0.8))
+        self.plots.set_presentation(None if px is None else round(px * 0.8))
+        f = self.font() if px is None else QFont(self.font())
+        if px is not None:
+            f.setPixelSize(round(px * 0.6))
+        self.tabs.tabBar().setFont(f)
+
+    # ================================================================================= run files
+    def _keep_record(self) -> None:
+        """The live run that just ended, as a run file would hold it (File ▸ Save run writes it)."""
+        rec = self.controller.recorder
+        r = self.controller.results
+        if rec is None or r is None:
+            return
+        samples = self.sampler.samples() if self.sampler is not None else []
+        gpus = tuple(g.name for g in samples[-1].gpus) if samples else ()
+        rec.machine = machine_info(self.machine_label(), gpus)
+        rec.finish(self.report(), samples, stopped=r.stopped)
+        self.record, self.record_path = rec.record(), None
+        self._set_title()
+
+    def machine_label(self) -> str:
+        """How run files name this machine ("" : its GPU's name, else its host name); View ▸ Machine name sets it."""
+        return str(self._setting("ui/machine_label", "", str))
+
+    def ask_machine_label(self, label: str | None = None) -> str:
+        """Set how run files saved here name this machine (asked in a dialog when `label` is None); "" : automatic."""
+        if label is None:
+            from PySide6.QtWidgets import QInputDialog
+
+            label, ok = QInputDialog.getText(self, "Machine name", "Run files saved here name this machine (empty: its GPU, "
+                                             "else its host name):", text=self.machine_label())
+            if not ok:
+                return self.machine_label()
+        label = " ".join(str(label).split())[:40]
+        self.settings.setValue("ui/machine_label", label)
+        if self.record is not None and self.controller.replaying is None and self.controller.recorder is not None:
+            self.record.machine = {**self.record.machine, "label": machine_info(label).get("label")}
+        return label
+
+    @staticmethod
+    def _record_line(rec: RunRecord) -> str:
+        when = rec.saved[:16].replace("T", " ")
+        cpu = rec.machine.get("cpu")
+        return f"recorded on {rec.label}" + (f" ({cpu})" if cpu else "") + f", {when}"
+
+    def _set_title(self) -> None:
+        base = "SpecDeck — speculative decoding, side by side"
+        if self.record is not None and self.record_path:
+            self.setWindowTitle(f"{Path(self.record_path).name} — {self._record_line(self.record)} — SpecDeck")
+        else:
+            self.setWindowTitle(base)
+
+    def save_run(self, path: str | None = None) -> str | None:
+        """Write the run shown (the last live run, or the run file opened) to a run file; returns where."""
+        if self.record is None:
+            self.status.show_message("⚠ no run to save yet: press Run, or open a run file")
+            return None
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Save run", f"specdeck-run{SUFFIX}", f"SpecDeck run (*{SUFFIX})")
+            if not path:
+                return None
+        try:
+            save(self.record, path)
+        except OSError as e:
+            self.status.show_message(f"⚠ could not save the run to {path}: {e.strerror or e}")
+            return None
+        self.record_path = path
+        self._set_title()
+        self.status.show_message(f"run saved to {path} (open it with File ▸ Open run, or `specdeck gui {path}`)")
+        return path
+
+    def open_run(self, path: str | None = None, speed: float = 0.0) -> bool:
+        """Show a run file: as it finished (`speed` 0) or replayed at `speed` times its pace. A file that cannot be
+        shown leaves the window as it was and says why in the status bar."""
+        if self.running:
+            self.status.show_message("⚠ a run is going: stop it before opening a run file")
+            return False
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Open run", "", f"SpecDeck run (*{SUFFIX});;All files (*)")
+            if not path:
+                return False
+        try:
+            rec = load(path)
+        except RunFileError as e:
+            self.status.show_message(f"⚠ {e}")
+            return False
+        self.show_record(rec, path, speed)
+        return True
+
+    def open_run_beside(self, path: str | None = None, speed: float = 0.0) -> bool:
+        """Put a run file beside the run shown (the last live run or a run file): its lanes join the view labelled with
+        their machine, Results ranks them together (each lane against its own run's baseline), and Replay races
+        them from the same start. A file that cannot be put beside leaves the window as it was and says why."""
+        if self.running:
+            self.status.show_message("⚠ a run is going: stop it before opening a run file")
+            return False
+        if self.record is None:
+            self.status.show_message("⚠ no run to put it beside: run one, or open a run file first (File ▸ Open run)")
+            return False
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Open run beside this one", "", f"SpecDeck run (*{SUFFIX});;All files (*)")
+            if not path:
+                return False
+        try:
+            both = beside(self.record, load(path))
+        except RunFileError as e:
+            self.status.show_message(f"⚠ {e}")
+            return False
+        first = Path(self.record_path).name if self.record_path else "this run"
+        self.show_record(both, None, speed)
+        self.setWindowTitle(f"{first} beside {Path(path).name} — {both.label} — SpecDeck")
+        return True
+
+    def show_record(self, rec: RunRecord, path: str | None = None, speed: float = 0.0) -> str | None:
+        """Show `rec` in the window (its setup in the panel, its run in the lanes, plots and tables)."""
+        self.record, self.record_path = rec, path
+        p = rec.plan
+        try:
+            self.apply_session(Session(target=p.target, setups=p.setups, prompt=p.prompts[0].prompt, prompt_id=p.prompts[0].id,
+                                       chat=p.chat, mode=p.mode, sampling=p.sampling))
+        except SpecDeckError:
+            pass  # a setup this window cannot edit: the run is still shown
+        self._set_title()
+        return self.replay(speed)
+
+    def replay(self, speed: float | None = None) -> str | None:
+        """Play the run shown again (`speed`: times its recorded pace, 0 at once; default: the speed box)."""
+        if self.running or self.record is None:
+            return None
+        if speed is None:
+            speed = float(self.speed_combo.currentData())
+        self.plots.show_recorded_telemetry()
+        return self.controller.replay(self.record, speed)
+
+    def _replayed_sample(self, t_mono: float, data: dict) -> None:
+        from app.telemetry.samples import TelemetrySample
+
+        try:
+            s = TelemetrySample.from_json({**data, "t_mono": t_mono})
+        except (KeyError, TypeError, ValueError):
+            return  # a damaged sample: the others still draw
+        self.plots.add_recorded_sample(s)
 
     def _measure_load(self) -> None:
         """The window's and the worker's CPU while the lanes ran, the lanes' CPU wait and the window's lag; a note in
@@ -497,7 +746,10 @@ class MainWindow(QMainWindow):
 
     # ================================================================================= exports
     def report(self) -> dict:
-        """The run report (the bench JSON schema) with `telemetry[]` and `gui{…}`."""
+        """The run report (the bench JSON schema) with `telemetry[]` and `gui{…}`; a replayed run's is the one it
+        was recorded with."""
+        if self.controller.replaying is not None:
+            return json.loads(json.dumps(self.controller.replaying.report))
         r, plan = self.controller.results, self.controller.plan
         st = next((s for s in self.statuses if s.name == (plan.target if plan else self.target())), None)
         device, dtype = (st.device, st.dtype) if st else ("auto", "auto")

@@ -32,7 +32,7 @@ from collections import deque
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from app.core.events import LaneStarted, StepEvent
@@ -105,6 +105,9 @@ class PlotPanel(QWidget):
         self.window_s = window_s
         self.alpha_window = alpha_window
         self.t0: float | None = None
+        self.clock = time.monotonic  # the run's clock (a replay's, set by the run controller)
+        self.presenting_px: int | None = None  # presentation mode's text size (None: not presenting)
+        self.live_telemetry = True  # False while a recorded run is shown: its own samples, not this machine's
         self.lanes: dict[str, LaneSeries] = {}
         self.phases: list[Phase] = []
         self._inbox: deque = deque()
@@ -251,6 +254,42 @@ class PlotPanel(QWidget):
         title = "GPU utilisation and memory" if self.gpu_mode else f"CPU and memory — {state}"
         self.p_sys.setTitle(title)
 
+    def set_presentation(self, px: int | None) -> None:
+        """Presentation mode: the tokens/s plot alone across the panel, its title, ticks and legend at `px` pixels
+        (readable from the back of a room); None: the four plots at their usual sizes."""
+        ci = self.glw.ci
+        others = ((self.p_alpha, 1, 1), (self.p_pos, 2, 0), (self.p_sys, 2, 1))
+        if px is not None and self.presenting_px is None:
+            for p, _r, _c in others:
+                ci.removeItem(p)
+                p.hide()
+            ci.removeItem(self.p_tps)
+            ci.addItem(self.p_tps, row=1, col=0, colspan=2)
+        elif px is None and self.presenting_px is not None:
+            ci.removeItem(self.p_tps)
+            ci.addItem(self.p_tps, row=1, col=0)
+            for p, r, c in others:
+                ci.addItem(p, row=r, col=c)
+                p.show()
+        self.presenting_px = px
+        tick = QFont()
+        if px is not None:
+            tick.setPixelSize(max(10, round(px * 0.75)))
+        for ax in ("left", "bottom"):
+            a = self.p_tps.getAxis(ax)
+            a.setStyle(tickFont=tick)
+            a.label.setFont(tick)
+        size = "8pt" if px is None else f"{max(10, round(px * 0.75))}px"
+        self.p_tps.legend.setLabelTextSize(size)  # lanes added later…
+        for _sample, label in self.p_tps.legend.items:  # …and those shown now
+            label.setText(label.text, size=size)
+        self._title(self.p_tps)
+
+    def _title(self, p) -> None:
+        size = f"{self.presenting_px}px" if p is self.p_tps and self.presenting_px is not None else None
+        kw = {"size": size} if size else {}
+        p.setTitle(p.titleLabel.text, color=self.theme.plot_fg, **kw)
+
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         self.glw.setBackground(theme.plot_bg)
@@ -260,7 +299,7 @@ class PlotPanel(QWidget):
                 a = p.getAxis(ax)
                 a.setPen(pg.mkPen(theme.muted))
                 a.setTextPen(pg.mkPen(fg))
-            p.titleLabel.setText(p.titleLabel.text, color=theme.plot_fg)
+            self._title(p)
         for legend in (self.p_tps.legend, self.sys_legend):
             veil_legend(legend, theme.plot_bg, theme.plot_fg)
         for ph in self.phases:
@@ -275,7 +314,8 @@ class PlotPanel(QWidget):
         lanes = []
         for spec in plan.lanes:
             i = plan.setup_index(spec.lane_id) or 0
-            lanes.append((spec.lane_id, spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
+            machine = plan.machine_of(spec.lane_id)
+            lanes.append((spec.lane_id, f"{spec.setup} · {machine}" if machine else spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
         self.reset(lanes, time.monotonic() if t0 is None else t0)
         self.phases.append(Phase("loading engines", 0.0, self.time_plots, self._phase_color("loading engines")))
         self.running = True
@@ -325,7 +365,7 @@ class PlotPanel(QWidget):
         self.timer.setInterval(IDLE_INTERVAL_MS)
         if self.t0 is not None:
             for ph in self.phases:
-                ph.extend(time.monotonic() - self.t0, close=True)
+                ph.extend(self.clock() - self.t0, close=True)
         self.redraw(force=True)
 
     def set_live(self, live: bool) -> None:
@@ -411,7 +451,24 @@ class PlotPanel(QWidget):
         return rate, alpha
 
     def add_sample(self, sample) -> None:
-        """Any thread (the sampler's on_sample): queue a TelemetrySample for the next redraw."""
+        """Any thread (the sampler's on_sample): queue a TelemetrySample for the next redraw (dropped while a recorded
+        run is shown: :attr:`live_telemetry`)."""
+        if self.live_telemetry:
+            self._inbox.append(sample)
+
+    def show_recorded_telemetry(self) -> None:
+        """A recorded run is shown from now on: this machine's samples stop, the recording's come through
+        :meth:`add_recorded_sample` (the next :meth:`show_live_telemetry` undoes it)."""
+        self.live_telemetry = False
+        self._inbox.clear()
+        self.tele.clear()
+        self._tele_dirty = True
+
+    def show_live_telemetry(self) -> None:
+        self.live_telemetry = True
+
+    def add_recorded_sample(self, sample) -> None:
+        """GUI thread: a TelemetrySample of a recorded run, its t_mono already on the replay's clock."""
         self._inbox.append(sample)
 
     def set_gpu_state(self, state: str) -> None:
@@ -464,11 +521,12 @@ class PlotPanel(QWidget):
             self._hold_after_paint = True
             QTimer.singleShot(HOLD_AFTER_MS, self, lambda: self._hold(True))  # in case no paint comes
         c0 = time.thread_time()
+        run_now = self.clock()
         if now - self._last_phase_tick >= 0.5:  # an open phase grows in half-second steps (each one repaints)
             self._last_phase_tick = now
             for ph in self.phases:
-                ph.extend(now - self.t0)
-        t_max = max((ph.end if ph.end is not None else now - self.t0) for ph in self.phases) if self.phases else 0.0
+                ph.extend(run_now - self.t0)
+        t_max = max((ph.end if ph.end is not None else run_now - self.t0) for ph in self.phases) if self.phases else 0.0
         y_tps = 0.0
         k_max = 0
         bars_due = force or not self.running or now - self._last_bars_draw >= BARS_INTERVAL_S
@@ -572,3 +630,9 @@ class PlotPanel(QWidget):
     def buffer_len(self, lane_id: str) -> int:
         ln = self.lanes.get(lane_id)
         return len(ln.ring) if ln else 0
+
+    def lane_data(self, lane_id: str) -> np.ndarray:
+        """A copy of a lane's plotted rows: (receive time since the start, lane clock, tokens, accepted, drafted,
+        tokens/s, rolling α) per step; empty for a lane without a series."""
+        ln = self.lanes.get(lane_id)
+        return ln.ring.view().copy() if ln else np.empty((0, 7))

@@ -98,9 +98,11 @@ class ResultRow:
 
 
 def lane_label(plan: RunPlan, lane_id: str) -> str:
-    """ "Lane 2": how the GUI names a lane (1-based, in the order of the setups)."""
+    """ "Lane 2": how the GUI names a lane (1-based, in the order of the setups); "Lane 5 · H200" when runs of several
+    machines are beside each other."""
     i = plan.setup_index(lane_id)
-    return f"Lane {i + 1}" if i is not None else lane_id
+    machine = plan.machine_of(lane_id)
+    return (f"Lane {i + 1}" if i is not None else lane_id) + (f" · {machine}" if machine else "")
 
 
 def lane_color(plan: RunPlan, lane_id: str) -> str:
@@ -183,6 +185,26 @@ class ResultsPanel(QWidget):
         lay.addWidget(self.summary)
         lay.addWidget(self.table, 1)
 
+    def set_text_px(self, px: int | None) -> None:
+        """The table and summary at `px` pixels (presentation mode); None: the usual size. Rows keep their bold."""
+        f = QFont()
+        if px is not None:
+            f.setPixelSize(int(px))
+        for w in (self.table, self.table.horizontalHeader(), self.summary):
+            w.setFont(f)
+        for r in range(self.table.rowCount()):
+            for c in range(self.table.columnCount()):
+                it = self.table.item(r, c)
+                if it is not None and it.font().bold():
+                    g = QFont(f)
+                    g.setBold(True)
+                    it.setFont(g)
+        vh = self.table.verticalHeader()
+        if not hasattr(self, "_row_px"):
+            self._row_px = vh.defaultSectionSize()
+        vh.setDefaultSectionSize(self._row_px if px is None else round(px * 1.6))
+        self.table.resizeRowsToContents()
+
     def set_load_note(self, text: str) -> None:
         """A line under the summary about the run's conditions (the window's own CPU use); "" removes it."""
         self.load_note = text
@@ -234,7 +256,7 @@ class ResultsPanel(QWidget):
         self.table.setRowCount(len(self.rows))
         done = [r for r in self.rows if r.stats.new_tokens > 0 and math.isfinite(r.stats.tokens_per_s)]
         self.winner = max(done, key=lambda r: r.stats.tokens_per_s) if done else None
-        bold = QFont()
+        bold = QFont(self.table.font())  # the table's size (presentation mode scales it)
         bold.setBold(True)
         for i, r in enumerate(self.rows):
             for j, (text, key) in enumerate(r.values()):

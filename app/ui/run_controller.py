@@ -10,6 +10,13 @@ few cores, where the window shares the lanes' cores) delivers the steps that arr
 bridge batches them instead of waking the GUI thread per step), then calls each sink's optional ``on_frame()``
 (the lane text is drawn there). Ends, errors and the worker's state still go out at once.
 
+Every run is recorded as it goes (:attr:`RunController.recorder`, an :class:`app.worker.runfile.RunRecorder`: the
+events the sinks got, with their receive times), and :meth:`RunController.replay` plays a recorded run back through
+the same sinks — at its recorded pace, faster, or at once — with no worker: a replayed run folds into the same
+:class:`RunResults` and draws the same lanes, plots and tables as the live one did. While a replay runs,
+:attr:`RunController.clock` is its clock (recorded seconds, mapped onto the monotonic clock of its start), which
+sinks with a ``clock`` attribute (the plots) read instead of ``time.monotonic``.
+
 While a run is going, the worker sends at least a Heartbeat every second (from a thread of its own, even during a
 long forward or load). When nothing at all arrives for :data:`SILENT_S` seconds, the controller tells the sinks
 (a :class:`WorkerSilence` event) and :meth:`RunController.stop` kills the worker instead of asking it to cancel.
@@ -17,6 +24,7 @@ long forward or load). When nothing at all arrives for :data:`SILENT_S` seconds,
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 
@@ -29,8 +37,14 @@ from app.ui.sinks import RunSink, WorkerSilence
 from app.worker.group import WorkerGroup
 from app.worker.messages import Heartbeat, RunFinished, WorkerDied, WorkerReady
 from app.worker.plan import RunPlan, RunResults
+from app.worker.runfile import RunRecord, RunRecorder, register
 
-__all__ = ["RunController", "WorkerSilence", "SILENT_S", "FRAME_MS", "FEW_CORES_FRAME_MS", "frame_ms"]
+register(WorkerSilence)  # a display's own notice, recorded with the worker's events
+
+__all__ = ["RunController", "WorkerSilence", "SILENT_S", "FRAME_MS", "FEW_CORES_FRAME_MS", "frame_ms", "REPLAY_SPEEDS"]
+
+#: replay speeds the window offers (0: at once, the run as it finished)
+REPLAY_SPEEDS = (1.0, 2.0, 4.0, 0.0)
 
 #: seconds without any event from a running worker (heartbeats included) before it is called silent
 SILENT_S = 20.0
@@ -53,6 +67,8 @@ class RunController(QObject):
         runStarted(str): run id, after the commands were handed to the bridge and the sinks started.
         runEnded(str): run id, after every lane ended (done, cancelled, failed) and the sinks finished.
         workerState(str, str): ("starting" | "ready" | "dead" | "died", a line for the status bar).
+        replaySample(float, dict): a replay reached a recorded telemetry sample: (its time on :attr:`clock`'s scale,
+            the sample as saved); the window hands it to the plots.
 
     Events of a run reach :attr:`results` first, then each sink's ``on_event``; events that arrive while no
     run is active (a cancelled run's stragglers) are dropped.
@@ -61,6 +77,7 @@ class RunController(QObject):
     runStarted = Signal(str)
     runEnded = Signal(str)
     workerState = Signal(str, str)
+    replaySample = Signal(float, dict)
 
     def __init__(self, parent: QObject | None = None, sinks: Iterable[RunSink] = (), client_factory=WorkerGroup,
                  silent_s: float = SILENT_S) -> None:
@@ -84,19 +101,40 @@ class RunController(QObject):
         self.frame.timeout.connect(self._frame)
         self.bridge.event.connect(self._on_event)
         self.bridge.state.connect(self._on_state)
+        self.machine: dict | None = None  # what recordings say they ran on (None: app.worker.runfile.machine_info())
+        self.recorder: RunRecorder | None = None  # the current or last live run, as recorded
+        self.replaying: RunRecord | None = None  # the record being replayed (None: a live run, or none)
+        self.replay_speed = 0.0
+        self._replay_base = 0.0  # monotonic time the replay started
+        self._replay_next = 0  # the next event to deliver
+        self._replay_next_sample = 0
+        self.replay_timer = QTimer(self)
+        self.replay_timer.setInterval(FRAME_MS)
+        self.replay_timer.timeout.connect(self._replay_tick)
+
+    # --- clock ---------------------------------------------------------------------------------------
+    def clock(self) -> float:
+        """Now, on the run's clock: ``time.monotonic()``, or during a replay the recorded time reached, mapped onto
+        the monotonic clock of the replay's start."""
+        if self.replaying is None:
+            return time.monotonic()
+        if self.replay_speed <= 0:
+            return self._replay_base + self.replaying.duration_s
+        return self._replay_base + min(self.replaying.duration_s, (time.monotonic() - self._replay_base) * self.replay_speed)
 
     # --- commands ----------------------------------------------------------------------------------
     def start(self, plan: RunPlan) -> str | None:
         """Start `plan` (its warm-up first when it has one); returns the run id, None while a run is active."""
         if self.running:
             return None
+        self.replaying = None
         self.plan, self.results = plan, RunResults(plan)
         self.running = True
         self.silent = self._killing = False
         self.last_heard = time.monotonic()
+        self.recorder = RunRecorder(plan, self.machine, t0=self.last_heard)
         self.watchdog.start(int(1000 * min(1.0, self.silent_s / 4)))
-        for s in self.sinks:
-            s.start_run(plan, self.results)
+        self._start_sinks(plan)
         self.bridge.set_batching(True)
         self.frame.start()
         warm = plan.warmup_command()
@@ -106,10 +144,65 @@ class RunController(QObject):
         self.runStarted.emit(plan.run_id)
         return plan.run_id
 
+    def _start_sinks(self, plan: RunPlan) -> None:
+        assert self.results is not None
+        for s in self.sinks:
+            if hasattr(s, "clock"):
+                s.clock = self.clock
+            s.start_run(plan, self.results)
+
+    def replay(self, record: RunRecord, speed: float = 0.0) -> str | None:
+        """Play `record` through the sinks: at `speed` times its recorded pace, or at once (`speed` 0: the run as it
+        finished); no worker is involved. Returns the run id (None while a run is active). Stop ends it where it is."""
+        if self.running:
+            return None
+        self.replaying, self.replay_speed = record, max(0.0, float(speed))
+        self.plan, self.results = record.plan, RunResults(record.plan)
+        self.running = True
+        self._replay_base = time.monotonic()
+        self._replay_next = self._replay_next_sample = 0
+        self._start_sinks(record.plan)
+        self.runStarted.emit(record.plan.run_id)
+        if self.replay_speed <= 0:
+            self._replay_tick()
+        else:
+            self.replay_timer.start()
+        return record.plan.run_id
+
+    def _replay_tick(self) -> None:
+        """Deliver what the replay's clock has reached: events (stamped with their place on that clock) and telemetry
+        samples; then the sinks draw; at the record's end the run finishes as it did."""
+        rec = self.replaying
+        if rec is None or not self.running:
+            self.replay_timer.stop()
+            return
+        base = self._replay_base
+        reached = math.inf if self.replay_speed <= 0 else (time.monotonic() - base) * self.replay_speed
+        while self._replay_next_sample < len(rec.telemetry) and rec.telemetry[self._replay_next_sample][0] <= reached:
+            t, sample = rec.telemetry[self._replay_next_sample]
+            self.replaySample.emit(base + t, sample)
+            self._replay_next_sample += 1
+        while self._replay_next < len(rec.events) and rec.events[self._replay_next][0] <= reached:
+            t, ev = rec.events[self._replay_next]
+            self._replay_next += 1
+            self._deliver(ev, base + t)
+        for s in self.sinks:
+            f = getattr(s, "on_frame", None)
+            if f is not None:
+                f()
+        if self._replay_next >= len(rec.events) and reached >= rec.duration_s:
+            self.replay_timer.stop()
+            self._finish(stopped=rec.stopped)
+
     def stop(self) -> None:
         """Cancel the current run and its warm-up (lanes stop within one step); a silent worker (see
-        :class:`WorkerSilence`) is killed instead, and the run ends when its death is seen."""
+        :class:`WorkerSilence`) is killed instead, and the run ends when its death is seen. A replay ends where it
+        is."""
         if not self.running or self.plan is None:
+            return
+        if self.replaying is not None:
+            self.replay_timer.stop()
+            self._finish(stopped=True)
             return
         if self.silent and self.bridge.alive:
             self._killing = True
@@ -159,12 +252,14 @@ class RunController(QObject):
             self._deliver(WorkerSilence(0.0), t)
         if isinstance(ev, Heartbeat):
             return  # liveness only: the sinks need not see one a second
+        if self.replaying is not None and not isinstance(ev, WorkerReady | WorkerDied):
+            return  # a replay owns the sinks: a previous run's stragglers are dropped
         if isinstance(ev, WorkerReady):
             self.worker_info = f"worker pid {ev.pid} · {ev.device_info} · torch {ev.torch_version} · ready in {ev.startup_s:.1f} s"
             self.workerState.emit("ready", self.worker_info)
         elif isinstance(ev, WorkerDied):
             self.workerState.emit("died", "worker: died (Run restarts it)")
-            if self.running:
+            if self.running and self.replaying is None:
                 killed = self._killing
                 msg = self._killed_message() if killed else f"{ev.message}. Results received so far are kept; press Run to restart the worker."
                 self._deliver(RunError(None, msg, kind="WorkerDiedError"), t)
@@ -174,12 +269,14 @@ class RunController(QObject):
             if self.running and self.plan is not None and ev.run_id == self.plan.run_id:
                 self._finish(stopped=ev.cancelled)
             return
-        if self.running:
+        if self.running and self.replaying is None:
             self._deliver(ev, t)
 
     def _deliver(self, ev: object, t: float) -> None:
         assert self.results is not None
         self.results.on_event(ev)
+        if self.recorder is not None and self.replaying is None:
+            self.recorder.event(ev, t)
         for s in self.sinks:
             s.on_event(ev, t)
 

@@ -1,11 +1,12 @@
 """Drive the real app through a full run and save PNGs (for the README and `make screenshots`).
 
-    python -m app.ui.screenshots OUTDIR [--preset NAME] [--max-new-tokens N] [--size 1560x980]
+    python -m app.ui.screenshots OUTDIR [--preset NAME] [--max-new-tokens N] [--size 1560x980] [--beside RUNFILE]
 
 Works offscreen (QT_QPA_PLATFORM=offscreen, the default here when no display is set) or under Xvfb.
 Writes 01-ready.png, 02-running.png (mid-run), 03-finished.png, 04-results.png, 05-plots.png,
-06-dark.png, 07-costs.png (the window on its Costs tab) and run.json (the run report); exits 0 when every lane
-finished.
+06-dark.png, 07-costs.png (the window on its Costs tab), 10-present.png (presentation mode), run.json (the run
+report) and run.specdeck (the run file); with --beside, 11-beside.png: a recorded run (e.g. one from another
+machine) beside the live one. Exits 0 when every lane finished.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def _window(args, out: Path):
 class _Shooter:
     """Takes the shots as the run goes: ready, mid-run (45 % of the tokens), finished, results, plots, dark."""
 
-    def __init__(self, app, win, out: Path, timeout: float) -> None:
-        self.app, self.win, self.out, self.timeout = app, win, out, timeout
+    def __init__(self, app, win, out: Path, timeout: float, beside: str | None = None) -> None:
+        self.app, self.win, self.out, self.timeout, self.beside = app, win, out, timeout, beside
         self.expected = len(win.lane_rows) * win.setup_panel.max_tok_spin.value()
         self.mid = False
         self.rc = 1
@@ -96,6 +97,23 @@ class _Shooter:
         win.tabs.setCurrentWidget(win.results)
         self.shot("06-dark.png")
         win.export_json(str(self.out / "run.json"))
+        win.save_run(str(self.out / "run.specdeck"))
+        from app.ui.theme import LIGHT
+
+        win.apply_theme(LIGHT)
+        size = win.size()
+        win.present(True)
+        win.tabs.setCurrentWidget(win.plots)
+        win.plots.redraw(force=True)
+        self.shot("10-present.png")
+        win.present(False)
+        win.resize(size)
+        if self.beside:
+            if win.open_run_beside(self.beside):
+                win.tabs.setCurrentWidget(win.results)
+                self.shot("11-beside.png")
+            else:
+                print(f"screenshots: {win.status_label.text()}", file=sys.stderr)
         results = win.controller.results
         self.rc = 0 if results is not None and results.all_completed else 1
         win.close()
@@ -109,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--size", default="1560x980")
     ap.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    ap.add_argument("--beside", metavar="RUNFILE", help="a run file to put beside the live run (11-beside.png)")
     args = ap.parse_args(argv)
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -120,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     app = QApplication.instance() or QApplication(sys.argv[:1])
     win = _window(args, out)
-    shooter = _Shooter(app, win, out, args.timeout)
+    shooter = _Shooter(app, win, out, args.timeout, args.beside)
     win.runEnded.connect(lambda _rid: QTimer.singleShot(400, shooter.finished))
     timer = QTimer()
     timer.setInterval(50)

@@ -35,7 +35,7 @@ KIND_LABELS = {
 KIND_PROPERTY = QTextFormat.UserProperty + 1
 
 #: lane colours (Okabe–Ito, colour-blind safe), used for plots and lane swatches
-LANE_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")
+LANE_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#882255", "#117733")  # 5–8: runs beside each other
 
 
 @dataclass(frozen=True)

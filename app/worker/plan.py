@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from app.core.costs import CostProfile
@@ -61,6 +61,14 @@ class RunPlan:
     warmup_tokens: int = 0
     run_id: str = field(default_factory=lambda: f"run{int(time.time() * 1000) % 10**9}")
     reference: str | None = None
+    #: engine → its manifest's tokenizer tag, pinned when the run was recorded (:meth:`pinned`): a run replayed on
+    #: another machine compares its lanes as it did where it ran
+    tokenizer_tags: tuple[tuple[str, str], ...] = ()
+    #: read from a run file: its engines need not exist here (the target's environment is not checked)
+    recorded: bool = field(default=False, compare=False)
+    #: runs put beside each other (app.worker.runfile.beside): the machine each setup ran on, e.g. "H200"; () for
+    #: a run of this machine
+    machines: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "setups", tuple(self.setups))
@@ -85,7 +93,8 @@ class RunPlan:
             raise SetupError(f"the reference lane {self.reference!r} is not one of the run's setups",
                              fix="name one of the --setup strings (or baseline) as --reference")
         self.sampling.validated()
-        _check_target_environment(self.target)
+        if not self.recorded:
+            _check_target_environment(self.target)
 
     # --- lanes ------------------------------------------------------------------------------------------
     @property
@@ -118,6 +127,11 @@ class RunPlan:
             return i if 0 <= i < len(self.setups) else None
         return None
 
+    def machine_of(self, lane_id: str) -> str:
+        """The machine a lane ran on when runs are beside each other ("" otherwise)."""
+        i = self.setup_index(lane_id)
+        return self.machines[i] if self.machines and i is not None and i < len(self.machines) else ""
+
     @staticmethod
     def is_warmup(lane_id: str | None) -> bool:
         return bool(lane_id) and str(lane_id).startswith(WARMUP_PREFIX)
@@ -147,9 +161,21 @@ class RunPlan:
 
     def same_tokenizer(self, a: str, b: str) -> bool:
         """Whether the targets of setups `a` and `b` share a tokenizer, by their manifests' tokenizer tags (an engine
-        without a tag, or that does not resolve, is taken to share it: nothing says otherwise)."""
-        ta, tb = (_tokenizer_tag(parse_setup(x).target or self.target) for x in (a, b))
+        without a tag, or that does not resolve, is taken to share it: nothing says otherwise); pinned tags first."""
+        pinned = dict(self.tokenizer_tags)
+
+        def tag(engine: str) -> str:
+            if engine in pinned:
+                return pinned[engine]
+            return "" if self.recorded else _tokenizer_tag(engine)
+
+        ta, tb = (tag(parse_setup(x).target or self.target) for x in (a, b))
         return not ta or not tb or ta == tb
+
+    def pinned(self) -> RunPlan:
+        """This plan with the tokenizer tags of its targets pinned (what a run file keeps)."""
+        engines = {self.target, *(parse_setup(s).target or self.target for s in self.setups)}
+        return replace(self, tokenizer_tags=tuple(sorted((e, _tokenizer_tag(e)) for e in engines)))
 
     # --- commands -----------------------------------------------------------------------------------------
     @property

@@ -113,7 +113,7 @@ class ReplayClient:
         self._alive = False
 
     def _run(self, cmd) -> None:
-        from app.core.events import LaneStarted, LaneDone, StepEvent
+        from app.core.events import LaneDone, LaneStarted, StepEvent
         from app.core.metrics import LaneStats
         from app.worker.messages import Heartbeat, RunFinished
 

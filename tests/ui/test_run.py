@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from .helpers import expected_runs
@@ -165,3 +166,68 @@ def test_killed_worker_is_reported_and_the_next_run_restarts_it(qtbot, win):
     _run(qtbot, win)
     assert win.lane_by_id["L1"].state == "done" and win.bridge.pid != old_pid
     assert not math.isnan(win.lane_by_id["L1"].stats.tokens_per_s)
+
+
+def _table(results) -> list[list[str]]:
+    t = results.table
+    return [[t.item(r, c).text() if t.item(r, c) else "" for c in range(t.columnCount())] for r in range(t.rowCount())]
+
+
+def _shown(w) -> dict:
+    """What a window shows of its run: the Results table, each lane's text by kind and header, and each lane's plot rows."""
+    w.plots.redraw(force=True)
+    return {"table": _table(w.results), "summary": w.results.summary.text(),
+            "lanes": {lid: (v.document_runs(), v.badge.text(), v.state) for lid, v in w.lane_by_id.items()},
+            "plots": {lid: w.plots.lane_data(lid) for lid in w.lane_by_id}}
+
+
+def test_a_saved_run_reopens_as_it_finished_and_replays_at_its_pace(qtbot, win, tmp_path):
+    """Save the live run to a run file; a second window with no worker (its worker factory fails the test) shows it
+    exactly as it finished — same Results table, same per-token kinds, same plot data — and a 4x replay takes about
+    a quarter of the recorded time (never less: it keeps the recorded pace) and ends in the same state."""
+    import time
+
+    from PySide6.QtCore import QSettings
+
+    from app.ui.main_window import MainWindow
+    from app.worker.runfile import load
+
+    win.setup_panel.max_tok_spin.setValue(24)
+    win.set_setups(["baseline", win.draft_setup, "ngram:n=2,k=4"])
+    _run(qtbot, win)
+    live = _shown(win)
+    path = win.save_run(str(tmp_path / "run.specdeck"))
+    assert path and (tmp_path / "run.specdeck").stat().st_size < 200_000
+    rec = load(path)
+    assert rec.report["summary"] == win.report()["summary"] and rec.telemetry and rec.machine["cpu"]
+
+    def no_worker(*a, **k):
+        raise AssertionError("a recorded run needs no worker")
+
+    other = MainWindow(settings=QSettings(str(tmp_path / "o.ini"), QSettings.Format.IniFormat), telemetry=False, client_factory=no_worker)
+    other.resize(1400, 900)
+    other.show()
+    try:
+        with qtbot.waitSignal(other.runEnded, timeout=10_000):
+            assert other.open_run(path)
+        shown = _shown(other)
+        assert shown["table"] == live["table"] and shown["summary"] == live["summary"]
+        assert shown["lanes"] == live["lanes"]
+        for lid, rows in live["plots"].items():
+            assert rows.shape == shown["plots"][lid].shape and len(rows) > 0
+            assert np.allclose(rows[:, 1:], shown["plots"][lid][:, 1:], equal_nan=True)  # lane clock, counts, tok/s, α
+            assert np.allclose(rows[:, 0], shown["plots"][lid][:, 0], atol=0.05)  # receive times: the recorded ones
+        assert other.report()["summary"] == rec.report["summary"]  # its export is the recorded report
+        assert "run.specdeck" in other.windowTitle() and other.replay_btn.isEnabled()
+
+        t0 = time.monotonic()
+        with qtbot.waitSignal(other.runEnded, timeout=int(1000 * (rec.duration_s + 30))):
+            assert other.replay(4.0) is not None
+        took = time.monotonic() - t0
+        assert took >= rec.duration_s / 4 - 0.1, (took, rec.duration_s)  # it keeps the pace (4x, not at once)
+        assert took <= rec.duration_s / 4 + 20, (took, rec.duration_s)  # about a quarter (a loaded machine may lag)
+        again = _shown(other)
+        assert again["table"] == live["table"] and again["lanes"] == live["lanes"]
+    finally:
+        other.shutdown()
+        other.close()

@@ -1,0 +1,147 @@
+"""Replays in the window (real widgets, a recorded run made here: no worker, no model): at 4x a run takes about a
+quarter of its recorded time and ends as it ended; Stop ends a replay where it is; a run file that cannot be shown
+leaves the window as it was and says why; a live run after a replay is live again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .helpers import SETUPS, expected_runs, make_stats, make_step
+
+
+def _no_worker(*a, **k):
+    raise AssertionError("a replay needs no worker")
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    from app.core.setups import Sampling
+    from app.ui.main_window import MainWindow
+    from app.ui.session import Session
+
+    s = Session(target="smollm2-135m-instruct", setups=("baseline",), prompt="Write a poem.", sampling=Sampling(max_new_tokens=4))
+    w = MainWindow(settings=settings, session=s, statuses=[], telemetry=False, client_factory=_no_worker)
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    yield w
+    w.shutdown()
+
+
+def _record(duration: float = 2.0, steps: int = 8, label: str = "H200"):
+    """Three lanes racing for `duration` seconds, `steps` steps each, then done (baseline, n-gram, draft)."""
+    from app.core.events import LaneDone, LaneStarted
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.worker.plan import RunPlan
+    from app.worker.runfile import RunRecorder
+
+    plan = RunPlan("smollm2-135m-instruct", SETUPS, (Prompt("custom", "Write a poem."),), Sampling(max_new_tokens=64),
+                   mode="interleaved", run_id="rec")
+    rec = RunRecorder(plan, machine={"label": label, "cpu": "test"}, t0=0.0)
+    events = {}
+    for i, lid in enumerate(("L1", "L2", "L3")):
+        rec.event(LaneStarted(lid, SETUPS[i], "custom", 0, (1, 2), "Write a poem."), 0.05)
+    for s in range(steps):
+        for i, lid in enumerate(("L1", "L2", "L3")):
+            ev = make_step(lid, s, drafted=(3, 4, 5) if i else (), accepted=2 if i else 0, t_s=(s + 1) * duration / steps * 0.9)
+            events.setdefault(lid, []).append(ev)
+            rec.event(ev, 0.1 + s * duration / steps * 0.8 + i * 0.01)
+    for i, lid in enumerate(("L1", "L2", "L3")):
+        ids = tuple(x for e in events[lid] for x in e.emitted_ids)
+        wall = duration * 0.9 / (1 + i)  # the speculative lanes faster than the baseline: speedups 1x, 2x, 3x
+        st = make_stats(SETUPS[i], ids, wall_s=wall, drafted=3 * steps if i else 0, accepted=2 * steps if i else 0)
+        rec.event(LaneDone(lid, st), duration * 0.95)
+    rec.finish({"summary": [{"setup": "baseline"}], "gui": {"load": {"note": ""}}}, (), t_end=duration)
+    return rec.record(), events
+
+
+def test_a_4x_replay_keeps_a_quarter_of_the_pace_and_ends_as_the_run_ended(qtbot, window):
+    r, events = _record(duration=2.0)
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        window.show_record(r, None, 0.0)
+    at_once = {lid: v.document_runs() for lid, v in window.lane_by_id.items()}
+    assert all(at_once[lid] == expected_runs(events[lid]) for lid in events)
+    t0 = time.monotonic()
+    with qtbot.waitSignal(window.runEnded, timeout=30_000):
+        window.replay(4.0)
+        assert window.running and not window.run_btn.isEnabled() and window.stop_btn.isEnabled()
+    took = time.monotonic() - t0
+    assert took >= 2.0 / 4 - 0.05  # its recorded pace, 4x: not at once (a loaded machine may only be later)
+    assert {lid: v.document_runs() for lid, v in window.lane_by_id.items()} == at_once
+    assert window.results.table.rowCount() == 3 and "H200" in window.status_label.text()
+
+
+def test_stop_ends_a_replay_where_it_is(qtbot, window):
+    r, events = _record(duration=6.0)
+    with qtbot.waitSignal(window.runStarted, timeout=5000):
+        window.show_record(r, None, 1.0)
+    qtbot.waitUntil(lambda: window.plots.buffer_len("L1") >= 2, timeout=10_000)
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        window.stop()
+    assert window.controller.results.stopped and not window.controller.results.by_lane()  # no lane had finished
+    assert window.plots.buffer_len("L1") < len(events["L1"])
+    assert window.replay_btn.isEnabled() and not window.running
+
+
+def test_a_run_file_that_cannot_be_shown_leaves_the_window_as_it_was(qtbot, window, tmp_path):
+    from app.worker.runfile import save
+
+    r, _ = _record(duration=0.5)
+    good = save(r, tmp_path / "good.specdeck")
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        assert window.open_run(str(good))
+    before = ({lid: v.document_runs() for lid, v in window.lane_by_id.items()}, window.windowTitle(), window.setups())
+    bad = tmp_path / "bad.specdeck"
+    bad.write_bytes(good.read_bytes()[:100])
+    assert not window.open_run(str(bad))
+    assert "damaged run file" in window.status_label.text() and str(bad) in window.status_label.text()
+    assert ({lid: v.document_runs() for lid, v in window.lane_by_id.items()}, window.windowTitle(), window.setups()) == before
+
+
+def test_the_window_says_its_icon_and_desktop_name(qapp):
+    from app.ui.main import DESKTOP_ID, ICON, set_identity
+
+    set_identity(qapp)
+    assert qapp.desktopFileName() == DESKTOP_ID and not qapp.windowIcon().isNull() and ICON.is_file()
+    assert qapp.windowIcon().pixmap(64, 64).width() == 64
+
+
+def test_a_run_beside_another_races_with_it_and_ranks_against_its_own_baseline(qtbot, window, tmp_path):
+    """A GPU run beside a laptop run: six lanes labelled with their machines, one Results table in which each lane's
+    speedup is against its own run's baseline (the laptop's lanes are 4x slower, their speedups the same), both
+    replayed from one start; a run with too many lanes is refused with the window left as it was."""
+    from app.worker.runfile import beside, save
+
+    gpu, _ = _record(duration=1.0, label="H200")
+    laptop, _ = _record(duration=4.0, label="laptop")
+    gpu_path, laptop_path = save(gpu, tmp_path / "h200.specdeck"), save(laptop, tmp_path / "laptop.specdeck")
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        assert window.open_run(str(gpu_path))
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        assert window.open_run_beside(str(laptop_path))
+    rows = {window.results.table.item(r, 0).text(): window.results.table.item(r, 3).text() for r in range(window.results.table.rowCount())}
+    assert len(rows) == 6 and {"Lane 4 · laptop", "Lane 1 · H200"} <= {k.lstrip("★ ") for k in rows}, rows
+    speedups = sorted(rows.values())
+    assert speedups == sorted(["1.00×", "2.00×", "3.00×"] * 2), rows  # each against its own baseline
+    views = window.lane_by_id
+    assert "H200" in views["L1"].title.text() and "laptop" in views["L4"].title.text() and len(views) == 6
+    assert all(v.state == "done" for v in views.values())
+    assert "laptop.specdeck" in window.windowTitle() and "beside" in window.windowTitle()
+    t0 = time.monotonic()
+    with qtbot.waitSignal(window.runEnded, timeout=30_000):
+        window.replay(4.0)
+    assert time.monotonic() - t0 >= 4.0 / 4 - 0.05  # the longer run's time sets the race's
+
+    before = (window.windowTitle(), _table_text(window))
+    save(beside(gpu, laptop), tmp_path / "six.specdeck")
+    assert not window.open_run_beside(str(tmp_path / "h200.specdeck"))  # six lanes shown, three more make nine
+    assert "6 + 3 lanes: at most 8 lanes" in window.status_label.text()
+    assert (window.windowTitle(), _table_text(window)) == before
+
+
+def _table_text(w) -> list[list[str]]:
+    t = w.results.table
+    return [[t.item(r, c).text() for c in range(t.columnCount()) if t.item(r, c)] for r in range(t.rowCount())]
