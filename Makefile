@@ -17,11 +17,16 @@ PHASE := resources/setup/phase
 # one record of phase times per make invocation (sub-makes inherit it), printed by `phase summary`
 export SPECDECK_PHASES ?= $(CURDIR)/.cache/setup/phases-$(shell date +%s%N).tsv
 
-# Debian packages: a C++ compiler for llama.cpp; what Qt needs headless (tests) and for a real window (run, screenshots).
+# Debian packages: a C++ compiler for llama.cpp; what Qt needs headless and on an X server (the tests start the
+# installed launcher under Xvfb and check it with desktop-file-validate; openssl makes the TLS tests' certificate);
+# ImageMagick for screenshots of a display.
 DEB_BUILD := g++
-DEB_TEST := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core desktop-file-utils
-DEB_GUI := $(DEB_TEST) xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 imagemagick
+DEB_TEST := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core desktop-file-utils \
+  xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 openssl
+DEB_GUI := $(DEB_TEST) imagemagick
 
+# the headless `make run`'s prompt: one, so that the first result comes within minutes (the window's preset uses it too)
+RUN_PROMPT := Complete this Python function that checks whether a string is a palindrome, ignoring case and non-alphanumeric characters:\n\ndef is_palindrome(s: str) -> bool:
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
@@ -41,7 +46,8 @@ run:
 	  echo "For the window on a headless box: xvfb-run -a $(PY) -m app gui"; \
 	  $(PY) -m app bench --target $(QWEN_TARGET) --setup draft:$(QWEN_DRAFT),k=24,cstop=0.5,dtype=int8 \
 	    --setup baseline@llamacpp-$(QWEN_TARGET) --setup draft:llamacpp-$(QWEN_DRAFT),k=auto@llamacpp-$(QWEN_TARGET) \
-	    --setup hf-assisted:$(QWEN_DRAFT) --suite quick --max-new-tokens 64 --mode interleaved; \
+	    --setup hf-assisted:$(QWEN_DRAFT) --prompt $$'$(RUN_PROMPT)' --max-new-tokens 64 --mode interleaved; \
+	  echo "More prompts, one table per category: make bench"; \
 	fi
 
 test:

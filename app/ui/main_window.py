@@ -546,10 +546,10 @@ class MainWindow(QMainWindow):
             self.setup_dock.hide()
             self.menuBar().hide()
             self.tabs.setCurrentWidget(self.plots)
-            self.showFullScreen()
             screen = self.screen()
             if screen is not None:  # without a window manager (Xvfb, kiosks) full screen is only a state: fill it
                 self.setGeometry(screen.geometry())
+            self.showFullScreen()
             self.splitter.setSizes([3, 2])
             self.status.show_message("presenting · F11 leaves · Ctrl+= / Ctrl+− text size · Ctrl+Enter run · Esc stop · Ctrl+R replay")
         else:

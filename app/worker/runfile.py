@@ -205,6 +205,8 @@ class RunRecorder:
         """An event as the displays got it. Events keep the order they were shown in; a time earlier than the
         previous event's (a step that waited for a display frame while a lane's end went out at once) is read as
         the previous one's, so a replay shows them in the same order."""
+        if _TYPES.get(type(ev).__name__) is not type(ev):
+            return  # not a run's event (nothing a display draws from): a run file keeps what replays
         t = max(0.0, t_recv - self.t0, self.events[-1][0] if self.events else 0.0)
         self.events.append((t, ev))
 

@@ -136,6 +136,7 @@ def run_passes(args) -> list[tuple[str, dict[str, float], dict[str, float], dict
                 app.quit()
                 return
             finished.clear()
+            state["t_start"] = time.monotonic()
             state["run"] = win.run()
             if state["run"] is None:
                 fail(f"the window refused the run: {win.status_label.text()}")
@@ -159,7 +160,7 @@ def run_passes(args) -> list[tuple[str, dict[str, float], dict[str, float], dict
             out.append((mode, tps, waits, load))
             print(f"pass {state['i']:>2} {mode:>7}: " + ", ".join(f"{k} {v:.2f}" for k, v in tps.items()) + " tok/s · lanes' CPU wait "
                   + ", ".join(f"{v:.1f}" for v in waits.values()) + f" % · window CPU {_num(load.get('gui_cpu_pct')):.1f} %"
-                  + f" · event-loop ticks {load.get('lag_ticks') or 0}", flush=True)
+                  + f" · event-loop ticks {load.get('lag_ticks') or 0} in {time.monotonic() - state['t_start']:.1f} s", flush=True)
             state["i"] += 1
             QTimer.singleShot(1000, next_pass)  # let the window settle (a frozen pass draws its backlog now)
 

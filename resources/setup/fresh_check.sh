@@ -3,7 +3,9 @@
 # caches (pip, SpecDeck's conversions), and a PATH holding only the programs of a fresh Debian 12 with Python and the
 # build tools (Debian's required/important/standard packages, gcc/g++/make/binutils, python3) — so a test or a set-up
 # step that uses a program `make` does not install (xvfb-run, cmake, git, curl, ImageMagick...) fails here, as it
-# would there. The clone is made from this checkout's HEAD plus its uncommitted changes.
+# would there (programs from the Debian packages that `make` itself installs with apt — DEB_* in the Makefile — are
+# kept: a fresh machine has them once make ran). The clone is made from this checkout's HEAD plus its uncommitted
+# changes.
 #
 #   resources/setup/fresh_check.sh [--committed] [DIR] [MAKE TARGET AND ARGS...]   default: /tmp/specdeck-fresh test
 #   --committed: HEAD only, without the checkout's uncommitted changes
@@ -22,6 +24,10 @@ fi
 bin="$dir/bin"; mkdir -p "$bin"
 pkgs=$(dpkg-query -W -f='${Package} ${Priority}\n' | awk '$2=="required"||$2=="important"||$2=="standard"{print $1}')
 pkgs+=" $(dpkg-query -W -f='${Package}\n' 'gcc*' 'g++*' 'cpp*' 'binutils*' make libc-bin libc-dev-bin 2>/dev/null | tr '\n' ' ')"
+# and what `make` itself installs with apt (DEB_* in the Makefile): present on a fresh machine once make ran
+deb=$(make -s -C "$src" -f - print-deb <<<'include Makefile
+print-deb: ; @echo $(DEB_BUILD) $(DEB_TEST) $(DEB_GUI)' 2>/dev/null || true)
+pkgs+=" $deb"
 for p in $pkgs; do
   dpkg -L "$p" 2>/dev/null | grep -E '^/(usr/)?s?bin/[^/]+$' || true
 done | sort -u | while read -r f; do [[ -x $f && ! -e $bin/$(basename "$f") ]] && ln -s "$f" "$bin/$(basename "$f")"; done

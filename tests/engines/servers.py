@@ -212,7 +212,8 @@ def fake_llama_routes(completion: Handler, model: str = "smollm2") -> dict[str, 
 def self_signed(folder: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 / localhost: (certificate, key) files in `folder` (openssl)."""
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is not on PATH: cannot make the self-signed certificate the TLS cases need")
+        pytest.fail("openssl is not on PATH: it makes the self-signed certificate the TLS cases need; install Debian's "
+                    "openssl (make test does, as root)", pytrace=False)
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
                     "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],

@@ -63,3 +63,32 @@ def test_exec_quotes_an_interpreter_path_as_the_specification_asks(path):
 
     exec_line = next(x for x in desktop_entry(path).splitlines() if x.startswith("Exec="))
     assert exec_line.startswith('Exec="') and exec_line.endswith(' -m app gui %f')
+
+
+def test_the_installed_launcher_starts_the_app_on_a_run_file(tmp_path):
+    """The Exec line of the installed entry, run as a desktop runs it (%f = a run file) under Xvfb with a temporary
+    XDG_DATA_HOME: the window comes up showing that run (its screenshot saved, exit 0). Xvfb comes from `make test`."""
+    import shlex
+
+    from app.ui.desktop_entry import installed_files
+    from app.worker.runfile import save
+
+    from .test_replay import _record
+
+    xvfb = shutil.which("xvfb-run")
+    assert xvfb, "xvfb-run is missing: install Debian's xvfb and xauth (make test does, as root)"
+    home = tmp_path / "share"
+    assert _app("install-desktop", home=home).returncode == 0
+    entry = dict(line.split("=", 1) for line in installed_files(home)[0].read_text().splitlines() if "=" in line)
+    run = save(_record(duration=0.5)[0], tmp_path / "demo.specdeck")
+    shot = tmp_path / "shot.png"
+    argv = [str(run) if a == "%f" else a for a in shlex.split(entry["Exec"])]
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
+    env.update(XDG_DATA_HOME=str(home), HOME=str(tmp_path))
+    r = subprocess.run([xvfb, "-a", "-s", "-screen 0 1600x1000x24", *argv, "--screenshot", str(shot), "--quit-after-run",
+                        "--settings", str(tmp_path / "s.ini")], cwd=entry["Path"], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(shot))
+    assert img.width() >= 1000 and img.height() >= 600

@@ -145,3 +145,52 @@ def test_a_run_beside_another_races_with_it_and_ranks_against_its_own_baseline(q
 def _table_text(w) -> list[list[str]]:
     t = w.results.table
     return [[t.item(r, c).text() for c in range(t.columnCount()) if t.item(r, c)] for r in range(t.rowCount())]
+
+
+def test_presentation_mode_is_large_full_screen_and_remembered(qtbot, window, settings):
+    """F11: full screen, the setup panel and menu hidden, lane text ≥ 24 px, one tokens/s plot; Ctrl+= grows the text
+    and is remembered by the next window; Ctrl+R replays and Esc stops from the keyboard; F11 again restores."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.ui.main_window import MainWindow
+
+    r, _ = _record(duration=6.0)
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        window.show_record(r, None, 0.0)
+    size_before = window.size()
+    QTest.keyClick(window, Qt.Key.Key_F11)
+    assert window.presenting and window.isFullScreen() and not window.setup_dock.isVisible() and not window.menuBar().isVisible()
+    assert all(v.text_px() >= 24 for v in window.lane_views)
+    assert window.plots.presenting_px and not window.plots.p_alpha.isVisible() and window.plots.p_tps.isVisible()
+    px = window.lane_views[0].text_px()
+    QTest.keyClick(window, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)
+    assert window.lane_views[0].text_px() > px and window.results.table.font().pixelSize() > 20
+    with qtbot.waitSignal(window.runStarted, timeout=5000):
+        QTest.keyClick(window, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert window.running and window.controller.replaying is not None
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        QTest.keyClick(window, Qt.Key.Key_Escape)
+    QTest.keyClick(window, Qt.Key.Key_F11)
+    assert not window.presenting and window.setup_dock.isVisible() and window.menuBar().isVisible()
+    assert window.lane_views[0].text_px() < 24 and window.plots.p_alpha.isVisible() and window.size() == size_before
+    window.save_settings()
+    again = MainWindow(settings=settings, statuses=[], telemetry=False, client_factory=_no_worker)
+    qtbot.addWidget(again)
+    again.present(True)
+    try:
+        assert window.present_zoom > 1.0 and again.present_zoom == pytest.approx(window.present_zoom)
+        assert again.lane_views[0].text_px() > px
+    finally:
+        again.present(False)
+        again.shutdown()
+
+
+def test_a_4_lane_500_token_run_file_is_well_under_a_megabyte(tmp_path):
+    """Every step with its pieces, drafted ids and both sides' probabilities: about 100 kB."""
+    from app.worker.runfile import save
+
+    r, _ = _record(duration=30.0, steps=125)  # three lanes × 125 steps × ~4 tokens
+    path = save(r, tmp_path / "big.specdeck")
+    assert sum(len(ev.emitted_ids) for _, ev in r.events if hasattr(ev, "emitted_ids")) >= 500
+    assert path.stat().st_size < 300_000, path.stat().st_size
