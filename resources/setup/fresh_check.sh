@@ -31,6 +31,11 @@ pkgs+=" $deb"
 for p in $pkgs; do
   dpkg -L "$p" 2>/dev/null | grep -E '^/(usr/)?s?bin/[^/]+$' || true
 done | sort -u | while read -r f; do [[ -x $f && ! -e $bin/$(basename "$f") ]] && ln -s "$f" "$bin/$(basename "$f")"; done
+# names Debian gives through /etc/alternatives (awk → mawk, pager, editor…) when what they point at is in the set
+for f in /usr/bin/* /bin/* /usr/sbin/* /sbin/*; do
+  [[ -L $f && $(readlink "$f") == /etc/alternatives/* && ! -e $bin/$(basename "$f") ]] || continue
+  [[ -e $bin/$(basename "$(readlink -f "$f")") ]] && ln -s "$f" "$bin/$(basename "$f")"
+done
 py=$(command -v python3); ln -sf "$(readlink -f "$py")" "$bin/python3"
 for tool in cmake xvfb-run Xvfb import git curl; do [[ -e $bin/$tool ]] && echo "note: $tool is part of the base set"; done
 
