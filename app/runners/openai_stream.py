@@ -36,12 +36,15 @@ from typing import Any
 
 from app.core.accounting import LaneRecorder, StepFacts
 from app.core.errors import EngineError, SetupError
-from app.core.events import StepEvent
+from app.core.events import LogEvent, StepEvent
 from app.core.setups import Sampling
 from app.engines.openai_api import MAX_LINE_BYTES, RemoteEngine, server_lock
 from app.telemetry.prometheus import SPEC_COUNTERS, metric_sum
 
-__all__ = ["RemoteRunner", "Chunk", "NO_COUNTS_NOTE", "VLLM_STEPS_NOTE"]
+#: while a request waits on its server, the lane says so this often (seconds), naming timeout_s
+WAIT_NOTICE_S = 10.0
+
+__all__ = ["RemoteRunner", "Chunk", "NO_COUNTS_NOTE", "VLLM_STEPS_NOTE", "WAIT_NOTICE_S"]
 
 NO_COUNTS_NOTE = ("the server reported no speculative-decoding statistics for this request (not drafting, or its "
                   "counters are off: llama-server reports them when a draft is set; vLLM with --per-request-spec-decode-metrics "
@@ -217,9 +220,10 @@ class RemoteRunner:
         return None if any(v is None for v in vals) else (vals[0] or 0.0, vals[1] or 0.0, vals[2] or 0.0)
 
     # --- the lane --------------------------------------------------------------------------------
-    def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent]:
+    def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool]) -> Iterator[StepEvent | LogEvent]:
         """The lane's steps as the stream arrives; its counts are settled after the stream ends (see the module
-        docstring).
+        docstring). While the request waits on the server, a warning every WAIT_NOTICE_S seconds says for how long and
+        names timeout_s (LogEvent, extra {"lane", "waiting_s"}: the window shows it on the lane, bench prints it).
 
         Raises:
             ValueError: an empty prompt; EngineError (ServerUnreachable, HTTPFailure, …): the request or stream failed.
@@ -237,6 +241,9 @@ class RemoteRunner:
         st = _Read()
         try:
             for c in self._chunks(out, st):
+                if isinstance(c, _Waiting):
+                    yield self._waiting(rec, c.waited_s)
+                    continue
                 if not c.ids or rec.done:  # after the lane's last token: read on for the final chunk's metrics
                     continue
                 yield from self._steps(rec, c, st)
@@ -252,14 +259,32 @@ class RemoteRunner:
             rec.stop("eos")  # the server stopped at its EOS without sending it
         self._counts(rec, st)
 
+    def _waiting(self, rec: LaneRecorder, waited_s: float) -> LogEvent:
+        """What the lane says while its request waits on the server: how long, and the setting that ends the wait."""
+        e = self.engine
+        return LogEvent("warning", f"engine {e.name}: nothing from the server for {waited_s:.0f} s; SpecDeck gives up at timeout_s = "
+                        f"{e.cfg.timeout_s:g} (the [openai] table of {e.manifest.where})", {"lane": rec.lane_id, "waiting_s": round(waited_s)})
+
     @staticmethod
-    def _chunks(out: queue.Queue, st: _Read) -> Iterator[Chunk]:
-        """The reader thread's chunks, in order; its start time, counters and per-request metrics go into `st`.
+    def _chunks(out: queue.Queue, st: _Read, notice_s: float | None = None) -> Iterator[Chunk | _Waiting]:
+        """The reader thread's chunks, in order; its start time, counters and per-request metrics go into `st`. While
+        the request is out and nothing comes, a :class:`_Waiting` every `notice_s` seconds (default WAIT_NOTICE_S).
 
         Raises:
             EngineError: the reader's error."""
+        notice_s = WAIT_NOTICE_S if notice_s is None else notice_s
+        sent = None  # monotonic time the request went out (None: still waiting for the server's lock)
+        last = time.monotonic()
         while True:
-            kind, val = out.get()
+            try:
+                kind, val = out.get(timeout=notice_s)
+            except queue.Empty:
+                if sent is not None:
+                    yield _Waiting(time.monotonic() - last)
+                continue
+            if kind in ("start", "chunk"):
+                last = time.monotonic()
+                sent = sent or last
             if kind == "start":
                 st.t_last = val
             elif kind == "error":
@@ -362,6 +387,13 @@ class _Read:
     spec: dict = field(default_factory=dict)  # the final chunk's per-request speculative metrics
     counters: Any = None  # (before, after) Prometheus counters, when read
     finish: str | None = None
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """Nothing came from the server for `waited_s` seconds (the request is out)."""
+
+    waited_s: float
 
 
 def _secs(x: float) -> str:

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from app.core.events import LaneDone, LaneStarted, Progress, RunError, StepEvent
+from app.core.events import LaneDone, LaneStarted, LogEvent, Progress, RunError, StepEvent
 from app.core.metrics import is_baseline
 from app.ui.lane_view import LaneView
 from app.ui.load import few_cores
@@ -175,6 +175,8 @@ class LanesArea(QWidget):
             if warm and v is not None and v.state == "waiting" and v.status.text() != "warming up…":
                 v.set_state("waiting", "warming up…")
             elif not warm and v is not None:
+                if v.notice.isVisibleTo(v):
+                    v.set_notice("")  # tokens again: a wait it showed is over
                 v.add_step(ev, t_recv)
         elif isinstance(ev, LaneStarted) and not warm and v is not None:
             if ev.engine:
@@ -190,6 +192,10 @@ class LanesArea(QWidget):
                     x.show_error(ev.message)
         elif isinstance(ev, (Progress, WorkerReady)):
             self._waiting("loading…")
+        elif isinstance(ev, LogEvent) and isinstance(ev.extra, dict) and "waiting_s" in ev.extra:
+            w = self._view(ev.extra.get("lane"))
+            if w is not None and not RunPlan.is_warmup(ev.extra.get("lane")) and w.state not in _ENDED:
+                w.set_notice(ev.message)  # a remote lane waiting on its server: for how long, and the setting
         elif isinstance(ev, WorkerSilence):
             for x in self.by_id.values():
                 x.set_notice(ev.message if ev.silent_s and x.state not in _ENDED else "")

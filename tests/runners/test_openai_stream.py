@@ -35,14 +35,17 @@ def llama_chunk(tok: int, stop: bool = False) -> dict:
             **({"stop_type": "limit"} if stop else {})}
 
 
-def partial_lane(eng, max_new: int = 40):
-    """Run a lane by hand: (the StepEvents it yielded, the error that ended it, or None)."""
+def partial_lane(eng, max_new: int = 40, logs: list | None = None):
+    """Run a lane by hand: (the StepEvents it yielded, the error that ended it, or None); its LogEvents go to `logs`."""
     ids = eng.encode_prompt(PROMPT)
     rec = LaneRecorder("L", "remote", "p", 0, max_new, eng.eos_ids, eng.detokenizer(ids))
     got: list[StepEvent] = []
     try:
         for ev in RemoteRunner(eng).run(rec, ids, Sampling(max_new_tokens=max_new), lambda: False):
-            got.append(ev)
+            if isinstance(ev, StepEvent):
+                got.append(ev)
+            elif logs is not None:
+                logs.append(ev)
     except EngineError as e:
         return got, e
     return got, None
@@ -115,6 +118,32 @@ def test_a_stalled_stream_names_timeout_s_and_the_manifest(tmp_path):
         assert f"raise timeout_s in the [openai] table of {tmp_path / 'silent.toml'}" in str(err)
     finally:
         gate.set()
+
+
+def test_a_lane_waiting_on_its_server_says_so_while_it_waits(tmp_path, monkeypatch):
+    """While nothing comes, the lane says every WAIT_NOTICE_S how long it has waited and names timeout_s and the
+    manifest (the window shows it on the lane, bench prints it) — before the stall ends the lane."""
+    import app.runners.openai_stream as stream
+
+    monkeypatch.setattr(stream, "WAIT_NOTICE_S", 0.3)
+    gate = threading.Event()
+
+    def stall(h):
+        send_sse(h, [llama_chunk(1000)])
+        gate.wait(30)
+
+    try:
+        with FakeServer(fake_llama_routes(stall)) as srv:
+            eng = open_engine(load_manifest(manifest(tmp_path, "slowpoke", srv.url, timeout_s=2.0)))
+            logs: list = []
+            got, err = partial_lane(eng, logs=logs)
+    finally:
+        gate.set()
+    assert [e.emitted_ids for e in got] == [(1000,)] and err is not None and "stalled" in str(err)
+    assert len(logs) >= 2 and all(x.level == "warning" and x.extra["lane"] == "L" for x in logs)
+    assert re.fullmatch(rf"engine slowpoke: nothing from the server for \d+ s; SpecDeck gives up at timeout_s = 2 \(the \[openai\] "
+                        rf"table of {re.escape(str(tmp_path / 'slowpoke.toml'))}\)", logs[-1].message), logs[-1].message
+    assert logs[-1].extra["waiting_s"] >= 1
 
 
 # --- the key in server text --------------------------------------------------------------------------------------------

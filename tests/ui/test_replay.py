@@ -194,3 +194,21 @@ def test_a_4_lane_500_token_run_file_is_well_under_a_megabyte(tmp_path):
     path = save(r, tmp_path / "big.specdeck")
     assert sum(len(ev.emitted_ids) for _, ev in r.events if hasattr(ev, "emitted_ids")) >= 500
     assert path.stat().st_size < 300_000, path.stat().st_size
+
+
+def test_a_lane_waiting_on_its_server_shows_the_wait_until_tokens_come(qtbot, window):
+    """A remote lane's wait notice (app.runners.openai_stream) shows on that lane, not the others, and goes with its
+    next step."""
+    from app.core.events import LogEvent
+    from app.worker.plan import RunResults
+
+    r, events = _record(duration=0.5)
+    lanes = window.lanes
+    lanes.start_run(r.plan, RunResults(r.plan))
+    wait = LogEvent("warning", "engine srv: nothing from the server for 20 s; SpecDeck gives up at timeout_s = 120 (…)",
+                    {"lane": "L2", "waiting_s": 20})
+    lanes.on_event(wait, 0.0)
+    assert lanes.by_id["L2"].notice.isVisibleTo(lanes.by_id["L2"]) and "timeout_s = 120" in lanes.by_id["L2"].notice.text()
+    assert not lanes.by_id["L1"].notice.isVisibleTo(lanes.by_id["L1"])
+    lanes.on_event(events["L2"][0], 0.1)
+    assert not lanes.by_id["L2"].notice.isVisibleTo(lanes.by_id["L2"])
