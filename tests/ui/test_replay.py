@@ -187,13 +187,51 @@ def test_presentation_mode_is_large_full_screen_and_remembered(qtbot, window, se
 
 
 def test_a_4_lane_500_token_run_file_is_well_under_a_megabyte(tmp_path):
-    """Every step with its pieces, drafted ids and both sides' probabilities: about 100 kB."""
-    from app.worker.runfile import save
+    """Four lanes of 500 tokens, every step as the worker sends it (ids, pieces, drafted and rejected tokens, both
+    sides' probabilities with all their digits, a k=auto reason), ten minutes of telemetry at 2 Hz: ~0.3 MB."""
+    import random
 
-    r, _ = _record(duration=30.0, steps=125)  # three lanes × 125 steps × ~4 tokens
-    path = save(r, tmp_path / "big.specdeck")
-    assert sum(len(ev.emitted_ids) for _, ev in r.events if hasattr(ev, "emitted_ids")) >= 500
-    assert path.stat().st_size < 300_000, path.stat().st_size
+    from app.core.events import LaneDone, LaneStarted, StepEvent
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.worker.plan import RunPlan
+    from app.worker.runfile import RunRecorder, save
+
+    rnd = random.Random(0)
+    words = ["def", " is", "_pal", "indrome", "(s", ":", " str", ")", " ->", " bool", ":\n", "    ", "return", " s", " ==", "[::-1]"]
+    setups = ("baseline", "ngram:n=3,k=8", "draft:tiny-draft,k=4", "draft:tiny-draft,k=auto")
+    plan = RunPlan("smollm2-135m-instruct", setups, (Prompt("custom", "Write a poem."),), Sampling(max_new_tokens=500))
+    rec = RunRecorder(plan, machine={"label": "H200"}, t0=0.0)
+    t = 0.0
+    for i, setup in enumerate(setups):
+        lid = f"L{i + 1}"
+        rec.event(LaneStarted(lid, setup, "custom", 0, tuple(range(40)), "Write a poem.", "smollm2 · hf · float32"), t)
+        n = step = 0
+        while n < 500:
+            k = 0 if i == 0 else 4
+            a = min(rnd.randint(0, k), 499 - n)
+            ids = tuple(rnd.randrange(49152) for _ in range(a + 1))
+            t += 0.05
+            rec.event(StepEvent(lid, step, tuple(rnd.randrange(49152) for _ in range(k)), a, ids[-1], "correction" if k else "baseline",
+                                0.01 * rnd.random(), 0.04 * rnd.random(), 0.05, ids, tuple(rnd.choice(words) for _ in ids),
+                                tuple(rnd.choice(words) for _ in range(k - a)), tuple(rnd.random() for _ in range(k)) or None,
+                                tuple(rnd.random() for _ in range(a + 1)), t, None,
+                                f"k={k}: predicted {rnd.random() * 3:.2f} tok/step" if i == 3 else ""), t)
+            n += len(ids)
+            step += 1
+        rec.event(LaneDone(lid, make_stats(setup, tuple(range(500)), wall_s=t)), t)
+    samples = [_sample(x * 0.5) for x in range(1200)]
+    rec.finish({"summary": []}, samples, t_end=t)
+    path = save(rec.record(), tmp_path / "big.specdeck")
+    assert sum(len(ev.emitted_ids) for _, ev in rec.events if isinstance(ev, StepEvent)) >= 2000
+    assert path.stat().st_size < 500_000, path.stat().st_size
+
+
+def _sample(t: float):
+    from app.telemetry.samples import HostSample, ProcSample, TelemetrySample
+
+    return TelemetrySample(t=1.7e9 + t, t_mono=t, gpus=(), gpu_state="No NVIDIA GPU — showing CPU",
+                           host=HostSample(cpu_pct=50.0 + t % 7, procs=(ProcSample(1, "gui", 3.0 + t % 3, 400.0), ProcSample(2, "worker", 190.0, 1200.5))))
 
 
 def test_a_lane_waiting_on_its_server_shows_the_wait_until_tokens_come(qtbot, window):
