@@ -50,6 +50,23 @@ def smollm2_tokenizer():
 _REAL_MODEL_BYTES = 10 << 20  # a GGUF this big is a real model, not a test's hand-made file
 
 
+def pytest_configure(config):
+    """Python's cycle collector runs between tests (and from the Qt event loop's timer during Qt tests), never
+    automatically: an automatic collection inside a Qt destructor that calls back into Python can free another Qt
+    object there and deadlock Qt (app.ui.main.collect_garbage_in_the_event_loop)."""
+    import gc
+
+    gc.disable()
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_between_tests():
+    yield
+    from app.ui.main import collect_due_garbage
+
+    collect_due_garbage()
+
+
 @pytest.fixture(autouse=True)
 def _no_real_conversion_in_fast_tests(request, monkeypatch):
     """Keep the fast/slow split honest: converting a real GGUF (in this process) fails a test not marked slow."""

@@ -8,6 +8,14 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 
 
+@pytest.fixture(autouse=True)
+def _collect_in_the_event_loop(qapp):
+    """As the app does: collections from a timer of the event loop while a test waits on it."""
+    from app.ui.main import collect_garbage_in_the_event_loop
+
+    collect_garbage_in_the_event_loop()
+
+
 @pytest.fixture
 def settings(tmp_path):
     from PySide6.QtCore import QSettings
