@@ -653,16 +653,21 @@ class MainWindow(QMainWindow):
         self.status.show_message(f"run saved to {path} (open it with File ▸ Open run, or `specdeck gui {path}`)")
         return path
 
+    def _run_file(self, path: str | None, title: str) -> str | None:
+        """The run file to open: `path`, or one the user picks; None (said in the status bar) while a run is going."""
+        if self.running:
+            self.status.show_message("⚠ a run is going: stop it before opening a run file")
+            return None
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, title, "", f"SpecDeck run (*{SUFFIX});;All files (*)")
+        return path or None
+
     def open_run(self, path: str | None = None, speed: float = 0.0) -> bool:
         """Show a run file: as it finished (`speed` 0) or replayed at `speed` times its pace. A file that cannot be
         shown leaves the window as it was and says why in the status bar."""
-        if self.running:
-            self.status.show_message("⚠ a run is going: stop it before opening a run file")
-            return False
+        path = self._run_file(path, "Open run")
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "Open run", "", f"SpecDeck run (*{SUFFIX});;All files (*)")
-            if not path:
-                return False
+            return False
         try:
             rec = load(path)
         except RunFileError as e:
@@ -675,16 +680,12 @@ class MainWindow(QMainWindow):
         """Put a run file beside the run shown (the last live run or a run file): its lanes join the view labelled with
         their machine, Results ranks them together (each lane against its own run's baseline), and Replay races
         them from the same start. A file that cannot be put beside leaves the window as it was and says why."""
-        if self.running:
-            self.status.show_message("⚠ a run is going: stop it before opening a run file")
-            return False
-        if self.record is None:
+        if self.record is None and not self.running:
             self.status.show_message("⚠ no run to put it beside: run one, or open a run file first (File ▸ Open run)")
             return False
+        path = self._run_file(path, "Open run beside this one")
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "Open run beside this one", "", f"SpecDeck run (*{SUFFIX});;All files (*)")
-            if not path:
-                return False
+            return False
         try:
             both = beside(self.record, load(path))
         except RunFileError as e:

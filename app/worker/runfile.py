@@ -30,13 +30,13 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.core import costs as _costs_mod
-from app.core import events as _events_mod
+from app.core import costs as costs_module
+from app.core import events as events_module
 from app.core.errors import SpecDeckError
 from app.core.metrics import LaneStats
 from app.core.prompts import Prompt
 from app.core.setups import Sampling
-from app.worker import messages as _messages_mod
+from app.worker import messages as messages_module
 from app.worker.plan import RunPlan
 
 __all__ = ["FORMAT", "VERSION", "SUFFIX", "MIME_TYPE", "MAX_BESIDE_LANES", "RunFileError", "RunRecord", "RunRecorder", "register",
@@ -67,7 +67,7 @@ def register(cls: type) -> type:
     return cls
 
 
-for _mod in (_events_mod, _messages_mod, _costs_mod):
+for _mod in (events_module, messages_module, costs_module):
     for _name in dir(_mod):
         _obj = getattr(_mod, _name)
         if isinstance(_obj, type) and dataclasses.is_dataclass(_obj) and _obj.__module__ == _mod.__name__:
@@ -146,7 +146,7 @@ def machine_info(label: str = "", gpus: tuple[str, ...] = ()) -> dict:
     summary every figure is quoted with, the GPUs, the OS and Python."""
     host = platform.node()
     short = (gpus[0].replace("NVIDIA ", "") if gpus else "") or host or "this machine"
-    return {"label": label or short, "cpu": _costs_mod.machine_summary(), "gpus": list(gpus), "host": host,
+    return {"label": label or short, "cpu": costs_module.machine_summary(), "gpus": list(gpus), "host": host,
             "platform": platform.platform(terse=True), "python": platform.python_version()}
 
 
@@ -213,7 +213,7 @@ class RunRecorder:
     def worker_event(self, ev: object, t_recv: float) -> None:
         """Anything a worker sent: what the window would have shown is kept (heartbeats and the worker's own state
         are not part of a run)."""
-        if not isinstance(ev, _messages_mod.Heartbeat | _messages_mod.WorkerReady | _messages_mod.WorkerDied | _messages_mod.RunFinished):
+        if not isinstance(ev, messages_module.Heartbeat | messages_module.WorkerReady | messages_module.WorkerDied | messages_module.RunFinished):
             self.event(ev, t_recv)
 
     def finish(self, report: dict, telemetry=(), stopped: bool = False, t_end: float | None = None) -> None:
