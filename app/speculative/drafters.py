@@ -171,7 +171,7 @@ class NGramDrafter:
             p *= self._p(m, pos)
             cum.append(p)
         k = auto.best_k(cum)
-        return Proposal(cand[:k], why=auto.explain(cum, k) + f" (match of {m} tokens)")
+        return Proposal(cand[:k], why=auto.explain(cum, k, forwards=0) + f" (match of {m} tokens)")
 
     def feedback(self, drafted: int, accepted: int) -> None:
         pass
@@ -187,7 +187,9 @@ class DraftModelDrafter:
     product of those probabilities (the draft's own estimate that the whole proposal is accepted) is below `cstop`:
     long drafts through predictable text, short ones where a single doubt already makes the rest unlikely to count.
     With `auto` (k=auto) the cost-aware policy decides, token by token, whether drafting one more can pay on this
-    target (app.speculative.policy), from the draft's probabilities calibrated against what the target kept.
+    target (app.speculative.policy), from the draft's probabilities calibrated against what the target kept and the
+    acceptance of the next draft conditioned on the last one's confidence (at the start of a step: on how the previous
+    step ended).
     """
 
     wants_hidden = False
@@ -235,12 +237,13 @@ class DraftModelDrafter:
         lim = min(len(self.seen), len(ids) - 1)
         while common < lim and self.seen[common] == ids[common]:
             common += 1
-        if auto is not None and not auto.worth_drafting_more([], k, extra_s=auto.catch_up_s(len(ids) - common)):
+        if auto is not None and not auto.worth_drafting_more([], k, extra=auto.catch_up_units(len(ids) - common)):
+            p_first = auto.p_next(None)
             auto.skipped()
             if not auto.can_ever_pay(k):
                 why = "k=auto: drafting cannot pay on this target even if every draft were accepted"
             else:
-                why = f"k=auto: expected acceptance {auto.p_next:.2f} too low to pay"
+                why = f"k=auto: expected acceptance of a first draft {p_first:.2f} too low to pay"
                 if len(ids) - common > 1:
                     why += f" (the draft would first catch up over {len(ids) - common} tokens)"
             return Proposal([], why=why)
@@ -272,10 +275,8 @@ class DraftModelDrafter:
             drafted.append(tok)
             p_all *= q_drafted[-1]
             if auto is not None:
-                p = self.calibration(q_drafted[-1])
-                auto.learnt(p)
-                cum.append((cum[-1] if cum else 1.0) * p)
-                if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k):
+                cum.append((cum[-1] if cum else 1.0) * self.calibration(q_drafted[-1]))
+                if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k, p_next=auto.p_next(q_drafted[-1])):
                     break
             elif len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop or p_all < self.cstop:
                 break
@@ -293,6 +294,7 @@ class DraftModelDrafter:
             # positions up to the first rejection were tested by the target; later ones were not
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
                 self.calibration.update(q, i < accepted)
+            self.auto.ended(drafted, accepted, self._scores)
             self._scores = []
         if self.schedule == "heuristic" and drafted:
             self.k = self.k + 2 if accepted == drafted else max(1, self.k - 1)

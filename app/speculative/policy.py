@@ -1,37 +1,48 @@
 """`k=auto`: a cost-aware number of drafts per step, chosen to maximise expected tokens per second.
 
-Each step the policy weighs what drafting is expected to give (tokens) against what it costs (seconds), with the
-engines' measured cost profiles (app.core.costs): verifying n tokens costs T(n) = T(1)·V(n) on the target, a draft
-forward d. By the renewal-reward argument, the throughput-optimal step maximises
+Costs are counted in units of the target's one-token forward T(1) with the step model shared with the setup finder
+(app.core.tuning.StepPrice): a step verifying j drafts made in f draft forwards costs V(j + 1) + f·c + o. V comes from
+the target's cost profile; c (a draft forward over T(1)) and o (the step's time outside the forwards over T(1)) are
+learnt from each step as ratios to that step's own verify time — so a machine that is uniformly slower for a while
+(another process took a core) changes no decision, where costs in seconds would read it as verification getting dearer.
 
-    E[tokens] − λ · E[seconds]
+By the renewal-reward argument, the throughput-optimal step maximises E[tokens] − λ · E[units], where λ is the best
+achievable rate in tokens per unit: the policy uses what it achieved recently (tokens over the *modelled* units of its
+steps, so a slow moment does not move it either), never below the baseline's 1 / (1 + o). With P_j the probability that
+the first j drafts are all accepted, keeping j drafts is worth 1 + Σ_{l≤j} P_l − λ·V(j + 1): the policy keeps the best
+j, and drafts one more token only while some continuation would beat stopping now. So a step may draft nothing (the
+lane then decodes like the baseline), and a draft model stops mid-proposal.
 
-where λ is the best achievable rate (tokens/s); the policy uses the rate it has achieved recently, never below the
-baseline's 1 / (T(1) + overhead). With P_j the probability that the first j drafts are all accepted (a product of
-per-token acceptance estimates), keeping j drafts is worth 1 + Σ_{l≤j} P_l − λ·T(j + 1): the policy keeps the best
-j, and drafts one more token only while some continuation of m tokens (acceptance p̂ each) would beat stopping
-now. So a step may draft nothing (the lane then decodes like the baseline), and a draft model stops mid-proposal.
+Acceptance is estimated where it is decided, from the target's verdicts:
 
-Acceptance estimates are learnt online: for a draft model, from its own probability of each drafted token,
-calibrated against what the target kept (binned, with a prior); for n-gram lookup, per match length and position,
-also from what was emitted after tokens it did not propose (free evidence). Costs are the profiles' times, scaled
-by what the lane observes (EMA), plus the observed per-step overhead.
+* a drafted token: its draft probability q, calibrated against what the target kept (:class:`Calibration`);
+* the first token of a step, before anything is drafted: P(accepted) conditioned on how the previous step ended —
+  all drafts kept, some, none, or nothing drafted (:class:`Acceptance`);
+* the next token, not yet drafted: P(accepted | the previous draft was accepted, and its confidence bin) — a token
+  after a confident one is likely confident too; an average over all drafts would be dominated by the unconfident
+  last drafts where proposals stop, and would make the policy stop drafting where drafting pays.
+
+For n-gram lookup acceptance is estimated per match length and position, also from what was emitted after tokens it
+did not propose (free evidence).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.core.costs import CostProfile
+from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "StepTiming", "AutoK", "Calibration"]
+__all__ = ["AUTO_K_MAX", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
 _EMA = 0.2
 _RATE_DECAY = 0.9
-_RELAX = 0.05  # per skipped step, the next-token estimate moves this far back toward the optimistic prior
+_RELAX = 0.05  # per skipped step, the first-token estimate after a skip moves this far back toward the optimistic prior
 _OPTIMISTIC = 0.9
+#: how the previous step ended, the condition of the first token's acceptance estimate
+STARTS = ("bonus", "partial", "miss", "skip")
 
 
 @dataclass(frozen=True)
@@ -56,113 +67,171 @@ class Calibration:
         self.acc = [weight * (i + 0.5) / self.BINS for i in range(self.BINS)]
         self.n = [weight] * self.BINS
 
-    def _bin(self, q: float) -> int:
-        return min(self.BINS - 1, max(0, int(q * self.BINS)))
+    @classmethod
+    def bin(cls, q: float) -> int:
+        return min(cls.BINS - 1, max(0, int(q * cls.BINS)))
 
     def __call__(self, q: float) -> float:
-        b = self._bin(q)
+        b = self.bin(q)
         return self.acc[b] / self.n[b]
 
     def update(self, q: float, accepted: bool) -> None:
-        b = self._bin(q)
+        b = self.bin(q)
         self.acc[b] += 1.0 if accepted else 0.0
         self.n[b] += 1.0
 
 
+class Acceptance:
+    """Acceptance estimates from the target's verdicts, for tokens not yet drafted (Beta counts around a prior).
+
+    `first[start]`: P(the first draft of a step is accepted | how the previous step ended, one of STARTS);
+    `after[bin]`: P(a draft is accepted | the draft before it was accepted with confidence in that bin).
+    """
+
+    def __init__(self, prior: float = 0.7, weight: float = 2.0) -> None:
+        self.weight = weight
+        self.first = {s: [prior * weight, weight] for s in STARTS}
+        self.after = [[weight * (i + 0.5) / Calibration.BINS, weight] for i in range(Calibration.BINS)]
+
+    @staticmethod
+    def _mean(c: list[float]) -> float:
+        return c[0] / c[1]
+
+    def p_first(self, start: str) -> float:
+        return self._mean(self.first[start])
+
+    def p_after(self, q: float) -> float:
+        return self._mean(self.after[Calibration.bin(q)])
+
+    def verdict(self, start: str, qs: list[float], drafted: int, accepted: int) -> None:
+        """Fold one step's verdict: its first draft (if any) under `start`, then each tested draft after an
+        accepted one under the previous draft's confidence bin."""
+        if drafted <= 0:
+            return
+        c = self.first[start]
+        c[0] += 1.0 if accepted >= 1 else 0.0
+        c[1] += 1.0
+        for i in range(1, min(drafted, accepted + 1)):
+            if i - 1 < len(qs):
+                b = self.after[Calibration.bin(qs[i - 1])]
+                b[0] += 1.0 if i < accepted else 0.0
+                b[1] += 1.0
+
+    def relax(self, start: str, to: float = _OPTIMISTIC) -> None:
+        """Move the first-token estimate after `start` a step back toward optimism (a lane that stopped drafting on
+        bad luck probes again later, at the cost of one short draft)."""
+        c = self.first[start]
+        c[0] += _RELAX * (to * c[1] - c[0])
+
+
 class AutoK:
-    """The cost model and decision rule shared by every k=auto drafter.
+    """The cost model and decision rule shared by every k=auto drafter (costs in units of T(1): StepPrice).
 
     Args:
-        target: the target's cost profile (verify cost T(n)).
+        target: the target's cost profile (V(n)).
         draft_s: seconds of one draft forward (the draft's profile T(1)); 0 for lookup drafters.
         k_max: the most drafts per step.
         p_prior: the first estimate of a draft's acceptance.
-        draft: the draft model's own profile, when it has one: a draft that has fallen behind (steps without
-            drafting) first catches up over several tokens, which costs more than one forward.
+        draft: the draft model's own profile, when it has one: its T(1) over the target's is c until steps measure
+            it; a draft that has fallen behind (steps without drafting) first catches up over several tokens, which
+            costs more than one forward.
     """
 
     def __init__(self, target: CostProfile, draft_s: float | None = None, k_max: int = AUTO_K_MAX, p_prior: float = 0.7,
                  draft: CostProfile | None = None) -> None:
         self.profile = target
         self.draft_profile = draft
-        self.d_prof = draft_s if draft_s is not None else draft.t1_s if draft is not None else 0.0
+        d_s = draft_s if draft_s is not None else draft.t1_s if draft is not None else 0.0
+        self.price = StepPrice(target.curve(), c=d_s / target.t1_s)
         self.k_max = k_max
-        self.scale_t = 1.0  # observed / profiled verify time
-        self.scale_d = 1.0
-        self.overhead_s = 0.0
-        self.p_next = p_prior  # acceptance expected of a draft token not yet drafted
-        self._tok = 0.0  # decayed sums for the achieved rate
-        self._sec = 0.0
+        self.acceptance = Acceptance(p_prior)
+        self.start = "skip"  # how the previous step ended (STARTS)
+        self.sec_per_unit = target.t1_s  # seconds of one unit lately (only to print times in explanations)
+        self._tok = 0.0  # decayed sums for the achieved rate (tokens per modelled unit)
+        self._units = 0.0
         self.last_why = ""
 
-    # --- costs ----------------------------------------------------------------------------------------
+    # --- costs (units of T(1)) ----------------------------------------------------------------------------
     def t(self, n: int) -> float:
-        """Predicted seconds of a target forward over n tokens."""
-        return self.scale_t * self.profile.t(n)
+        """Units of a target forward over n tokens: V(n)."""
+        return self.price.v(n)
 
     @property
     def d(self) -> float:
-        return self.scale_d * self.d_prof
+        """Units of one draft forward: c."""
+        return self.price.c
 
     @property
     def base_rate(self) -> float:
-        """Tokens/s of plain decoding (one token per step)."""
-        return 1.0 / (self.t(1) + self.overhead_s)
+        """Tokens per unit of plain decoding (one token per step)."""
+        return 1.0 / self.price.base_units
 
     @property
     def rate(self) -> float:
         """λ: the rate a step must beat — what the lane achieved lately, at least the baseline's."""
-        achieved = self._tok / self._sec if self._sec > 0 else 0.0
+        achieved = self._tok / self._units if self._units > 0 else 0.0
         return max(self.base_rate, achieved)
 
     def observe(self, s: StepTiming | None) -> None:
-        """Fold the previous decode step's measured times into the cost estimates and the achieved rate."""
+        """Fold the previous decode step's measured times into c, o and the achieved rate — each as a ratio to the
+        step's own verify time over V(n), so that a uniformly slower machine changes none of them."""
         if s is None:
             return
-        pred = self.profile.t(s.n_verified)
-        if pred > 0 and s.t_verify_s > 0:
-            self.scale_t += _EMA * (min(3.0, max(0.33, s.t_verify_s / pred)) - self.scale_t)
-        if s.draft_forwards and self.d_prof > 0 and s.t_draft_s > 0:
-            self.scale_d += _EMA * (min(3.0, max(0.33, s.t_draft_s / s.draft_forwards / self.d_prof)) - self.scale_d)
+        v = self.price.v(s.n_verified)
+        if s.t_verify_s <= 0 or v <= 0:
+            return
+        unit = s.t_verify_s / v  # seconds of one unit in this step
+        self.sec_per_unit += _EMA * (unit - self.sec_per_unit)
+        c, o = self.price.c, self.price.o
+        if s.draft_forwards and s.t_draft_s > 0:
+            c += _EMA * (min(3.0 * max(c, 1e-3), s.t_draft_s / s.draft_forwards / unit) - c)
         if s.t_wall_s > 0:
-            other = max(0.0, s.t_wall_s - s.t_verify_s - s.t_draft_s)
-            self.overhead_s += _EMA * (other - self.overhead_s)
-            self._tok = _RATE_DECAY * self._tok + s.emitted
-            self._sec = _RATE_DECAY * self._sec + s.t_wall_s
+            other = max(0.0, s.t_wall_s - s.t_verify_s - s.t_draft_s) / unit
+            o += _EMA * (min(other, 5.0) - o)
+        self.price = replace(self.price, c=c, o=o, o_base=o)
+        self._tok = _RATE_DECAY * self._tok + s.emitted
+        self._units = _RATE_DECAY * self._units + v + s.draft_forwards * c + o
 
     # --- decisions --------------------------------------------------------------------------------------
     def _gain(self, cum: list[float], j: int, lam: float) -> float:
-        """Value of keeping the first j drafts (without sunk drafting): Σ_{l≤j} P_l − λ·T(j + 1)."""
-        return sum(cum[:j]) - lam * self.t(j + 1)
+        """Value of keeping the first j drafts (without sunk drafting): Σ_{l≤j} P_l − λ·V(j + 1)."""
+        return expected_tokens(cum, j) - 1.0 - lam * self.t(j + 1)
 
     def best_k(self, cum: list[float]) -> int:
         """How many of the drafted tokens to verify, given P_1 … P_i."""
         lam = self.rate
         return max(range(len(cum) + 1), key=lambda j: (self._gain(cum, j, lam), -j))
 
-    def catch_up_s(self, feed: int) -> float:
-        """Extra seconds of a draft forward over `feed` tokens (catching up) beyond a one-token forward."""
+    def catch_up_units(self, feed: int) -> float:
+        """Extra units of a draft forward over `feed` tokens (catching up) beyond a one-token forward."""
         if feed <= 1 or self.draft_profile is None:
             return 0.0
-        return self.scale_d * (self.draft_profile.t(feed) - self.draft_profile.t1_s)
+        dp = self.draft_profile
+        return self.price.c * (dp.t(feed) - dp.t1_s) / dp.t1_s
 
-    def worth_drafting_more(self, cum: list[float], k_cap: int, p_next: float | None = None, extra_s: float = 0.0) -> bool:
+    def p_next(self, q_last: float | None) -> float:
+        """Acceptance expected of the next draft, not yet drafted: after the draft with confidence `q_last`, or — at
+        the start of a step (None) — after how the previous step ended."""
+        return self.acceptance.p_first(self.start) if q_last is None else self.acceptance.p_after(q_last)
+
+    def worth_drafting_more(self, cum: list[float], k_cap: int, p_next: float | None = None, extra: float = 0.0) -> bool:
         """Whether drafting (at least) one more token can beat verifying the best subset of those drafted so far:
-        some m ≥ 1 with Σ_{l≤i} P_l + Σ_{l=1..m} P_i·p̂^l − λ·(T(i + m + 1) + m·d + extra_s) > the best keep value
-        (extra_s: a draft catching up over several tokens first)."""
+        some m ≥ 1 with Σ_{l≤i} P_l + Σ_{l=1..m} P_i·p̂^l − λ·(V(i + m + 1) + m·c + extra) > the best keep value
+        (extra: units of a draft catching up over several tokens first; p̂: `p_next`, default the estimate at the
+        start of a step)."""
         i = len(cum)
         if i >= k_cap:
             return False
         lam = self.rate
-        p = self.p_next if p_next is None else p_next
+        p = self.p_next(None) if p_next is None else p_next
         stop_value = max(self._gain(cum, j, lam) for j in range(i + 1))
         have = sum(cum)
         last = cum[-1] if cum else 1.0
-        extra = 0.0
+        more = 0.0
         for m in range(1, k_cap - i + 1):
             last *= p
-            extra += last
-            if have + extra - lam * (self.t(i + m + 1) + m * self.d + extra_s) > stop_value + 1e-12:
+            more += last
+            if have + more - lam * (self.t(i + m + 1) + m * self.d + extra) > stop_value + 1e-12:
                 return True
             if last < 1e-4:
                 break
@@ -172,23 +241,26 @@ class AutoK:
         """Whether drafting could beat plain decoding even if every draft were accepted."""
         return self.worth_drafting_more([], k_cap, p_next=1.0)
 
+    def ended(self, drafted: int, accepted: int, qs: list[float] | None = None) -> None:
+        """A step ended: fold its verdict into the acceptance estimates and remember how it ended."""
+        self.acceptance.verdict(self.start, list(qs or []), drafted, accepted)
+        self.start = "skip" if drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
+
     def skipped(self) -> None:
-        """A step drafted nothing: drift the next-token estimate back toward optimism, so that a lane that stopped
+        """A step drafted nothing: the estimate after a skip drifts back toward optimism, so that a lane that stopped
         drafting on bad luck probes again later (bounded cost: one short draft)."""
-        self.p_next += _RELAX * (_OPTIMISTIC - self.p_next)
+        self.acceptance.relax("skip")
+        self.start = "skip"
 
-    def learnt(self, p: float) -> None:
-        """A calibrated acceptance estimate of a drafted token: the next one is expected to be alike."""
-        self.p_next += _EMA * (p - self.p_next)
-
-    def explain(self, cum: list[float], k: int) -> str:
+    def explain(self, cum: list[float], k: int, forwards: int | None = None) -> str:
         """One line for the step's tooltip: what was predicted for the chosen k against drafting nothing."""
-        t_k = self.t(k + 1) + self.overhead_s + (self.d * len(cum))
-        e_k = 1.0 + sum(cum[:k])
-        t_0 = self.t(1) + self.overhead_s
-        why = (f"k=auto chose {k} of {len(cum)} drafted: expect {e_k:.2f} tokens in {t_k * 1e3:.0f} ms "
-               f"({e_k / t_k:.1f} tok/s) vs 1 in {t_0 * 1e3:.0f} ms ({1 / t_0:.1f} tok/s) without drafting; "
-               f"verify {self.t(k + 1) * 1e3:.0f} ms = V({k + 1}) {self.profile.v(k + 1):.2f}x one token")
+        sec = self.sec_per_unit
+        u_k = self.price.units(k, len(cum) if forwards is None else forwards)
+        e_k = expected_tokens(cum, k)
+        u_0 = self.price.base_units
+        why = (f"k=auto chose {k} of {len(cum)} drafted: expect {e_k:.2f} tokens in {u_k * sec * 1e3:.0f} ms "
+               f"({e_k / (u_k * sec):.1f} tok/s) vs 1 in {u_0 * sec * 1e3:.0f} ms ({1 / (u_0 * sec):.1f} tok/s) without drafting; "
+               f"verify V({k + 1}) {self.t(k + 1):.2f}x one token, a draft c {self.d:.2f}")
         if cum:
             why += "; P(all accepted) " + " ".join(f"{p:.2f}" for p in cum[: min(len(cum), 8)]) + (" …" if len(cum) > 8 else "")
         self.last_why = why

@@ -44,23 +44,67 @@ def test_long_drafts_on_a_flat_curve_stop_where_acceptance_falls():
     assert not auto.worth_drafting_more(cum[:3], 3)  # the cap
 
 
-def test_cost_scales_follow_what_the_lane_observes():
+def test_costs_are_learnt_as_ratios_so_a_uniform_slowdown_changes_no_decision():
+    """c and o are learnt relative to each step's own verify time, λ over the modelled units: a machine that becomes
+    three times slower for a while (another process took the cores) leaves every estimate and decision as it was."""
     auto = AutoK(FLAT, draft_s=0.01)
-    for _ in range(30):  # the machine is twice as slow as when profiled; steps have 20 ms of overhead
-        auto.observe(StepTiming(n_verified=5, t_verify_s=2 * FLAT.t(5), t_draft_s=0.04, draft_forwards=4, t_wall_s=2 * FLAT.t(5) + 0.06, emitted=3))
-    assert auto.scale_t == pytest.approx(2.0, rel=0.01)
-    assert auto.d == pytest.approx(0.01, rel=0.01)
-    assert auto.overhead_s == pytest.approx(0.02, rel=0.01)
-    assert auto.rate == pytest.approx(3 / (2 * FLAT.t(5) + 0.06), rel=0.01)  # λ: what the lane achieved
+    step = StepTiming(n_verified=5, t_verify_s=FLAT.t(5), t_draft_s=0.04 * FLAT.t1_s / 0.1, draft_forwards=4,
+                      t_wall_s=FLAT.t(5) + 0.06, emitted=3)
+    for _ in range(300):  # drafts cost 0.1 of a decode step each; 20 ms of the 60 ms outside the forwards is overhead
+        auto.observe(step)
+    c, o, rate = auto.d, auto.price.o, auto.rate
+    assert c == pytest.approx(0.1, rel=0.01) and o == pytest.approx(0.2, rel=0.01)
+    cum = [0.9, 0.8, 0.7, 0.3, 0.1]
+    before = (auto.best_k(cum), auto.worth_drafting_more(cum[:2], 32, p_next=0.6))
+    slow = StepTiming(5, 3 * step.t_verify_s, 3 * step.t_draft_s, 4, 3 * step.t_wall_s, 3)
+    for _ in range(10):
+        auto.observe(slow)
+    assert (auto.d, auto.price.o, auto.rate) == pytest.approx((c, o, rate), rel=1e-6)
+    assert (auto.best_k(cum), auto.worth_drafting_more(cum[:2], 32, p_next=0.6)) == before
+    assert auto.sec_per_unit == pytest.approx(3 * FLAT.t1_s, rel=0.15)  # only the explanations' times follow it
 
 
 def test_a_skipping_lane_drifts_back_to_probing():
     auto = AutoK(curve(lambda n: 0.5 + 0.5 * n), draft_s=0.005)
-    auto.p_next = 0.05
+    for _ in range(40):  # after skips, drafts were rejected at once
+        auto.start = "skip"
+        auto.ended(2, 0, [0.5, 0.5])
+    auto.start = "skip"
     assert not auto.worth_drafting_more([], 32)
     for _ in range(100):
         auto.skipped()
     assert auto.worth_drafting_more([], 32)
+
+
+def test_the_first_draft_is_judged_by_how_the_previous_step_ended():
+    """A step after one that kept every draft starts drafting; after a run of misses on a dear draft, it does not —
+    each estimated from the target's verdicts in that situation, not from an average over all drafts."""
+    auto = AutoK(curve(lambda n: 1.0 + 0.1 * (n - 1)), draft_s=0.04)  # c = 0.4: an fp32 draft a third of the target
+    for _ in range(60):
+        auto.start = "bonus"
+        auto.ended(4, 4, [0.9, 0.9, 0.9, 0.9])  # after a full acceptance the next step's drafts are kept too
+        auto.ended(3, 0, [0.3, 0.2, 0.2])  # (start "bonus" → a miss): the first draft after a bonus was rejected once
+        auto.start = "miss"
+        auto.ended(2, 0, [0.3, 0.3])
+    assert auto.acceptance.p_first("bonus") == pytest.approx(0.5, abs=0.05)
+    assert auto.acceptance.p_first("miss") < 0.05
+    auto.start = "miss"
+    assert not auto.worth_drafting_more([], 8)
+    auto.start = "bonus"
+    assert auto.p_next(None) > 0.4
+
+
+def test_the_next_draft_is_judged_by_the_confidence_of_the_last():
+    """The next token's acceptance is conditioned on the last draft's confidence: after a confident draft the chain
+    goes on, after an unsure one it stops — even where most drafts overall were unsure."""
+    auto = AutoK(FLAT, draft_s=0.005)
+    for _ in range(50):
+        auto.ended(3, 3, [0.95, 0.95, 0.95])  # confident chains: all kept
+        auto.ended(3, 1, [0.95, 0.15, 0.1])  # an unsure draft after a confident one is rejected
+        auto.ended(4, 1, [0.15, 0.15, 0.1, 0.1])  # after an unsure (but accepted) first draft, the next is rejected
+    assert auto.p_next(0.95) > 0.6 and auto.p_next(0.15) < 0.1
+    assert auto.worth_drafting_more([0.95], 32, p_next=auto.p_next(0.95))
+    assert not auto.worth_drafting_more([0.15], 32, p_next=auto.p_next(0.15))
 
 
 def test_calibration_learns_what_the_target_accepts():

@@ -1,0 +1,427 @@
+"""Which setup is fastest here: one model of what a speculative step buys and costs, shared by `k=auto`
+(app.speculative.policy) and the setup finder (`python -m app tune`, app.commands.tune).
+
+**The step model.** In units of the target's one-token forward T(1), a step that drafts k tokens in `forwards`
+draft forwards costs
+
+    units(k, forwards) = V(k + 1) + forwards · c + o
+
+and emits 1 + (drafts accepted) tokens: V is the target's verify-cost curve (its cost profile, app.core.costs), c a
+draft forward over T(1), o the step's time outside the forwards (the loop's own work) over T(1). A baseline step costs
+1 + o_base. Working in T(1) units makes every decision scale-free: a machine that is slower for a while (another
+process took a core) changes no decision, where a model in seconds would read it as "verification got expensive".
+:class:`StepPrice` holds V, c and o; `k=auto` maximises expected tokens per unit with it step by step, the finder
+prices whole setups with it.
+
+**Pricing a setup from a calibration run.** A calibration lane drafts long (k = CAL_K, a low cumulative stop
+CAL_CSTOP) and records each step's draft confidences q_1…q_n and how many of them the target kept (a). A fixed setup
+(k, stop, cstop) would have drafted the prefix d its own rule allows of the same proposal, and kept min(a, d) of it:
+the target's verdict on token i depends only on tokens ≤ i, greedy or sampled. So each recorded step gives the
+setup's outcome on that step (:func:`replay_step`), and a prompt's predicted wall is its prefill plus its remaining
+tokens at the replayed tokens per step and units per step (:func:`price_candidate`). Speedups pool like the bench's:
+Σ baseline wall / Σ predicted wall. A setup whose rule would draft past what the calibration proposed (cstop below
+CAL_CSTOP) is priced at its full k, with the drafts past the calibration accepted at the rate measured for the
+calibration's last, least confident drafts.
+
+**Break-even.** :func:`break_even_alpha` is the acceptance a drafter of cost c needs (i.i.d., best k) to beat a
+given speedup with this V; :func:`break_even_v` the V(k + 1) a drafter with a measured α needs.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CAL_K",
+    "CAL_CSTOP",
+    "GRID_K",
+    "GRID_CSTOP",
+    "GRID_STOP",
+    "StepPrice",
+    "CalStep",
+    "LaneCal",
+    "PromptCal",
+    "Candidate",
+    "Priced",
+    "replay_step",
+    "price_candidate",
+    "grid",
+    "rank",
+    "winners",
+    "expected_tokens",
+    "chain_speedup",
+    "break_even_alpha",
+    "break_even_v",
+    "why",
+]
+
+#: the calibration lanes' longest proposal, and their cumulative stop (the product of the draft's confidences):
+#: long enough to price every grid setup up to k = 24, short enough that a calibration step is not mostly waste
+CAL_K = 24
+CAL_CSTOP = 0.02
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    """Costs of one step in units of the target's one-token forward T(1).
+
+    Attributes:
+        verify: V(1) … V(N) of the target (V(1) = 1); past N the last segment is extended.
+        c: one draft forward (one token) over T(1); 0 for lookup drafters.
+        c2: a draft forward over two tokens (the draft catching up after a step that kept all its drafts) over T(1);
+            None: c.
+        o: this setup's per-step time outside the forwards, over T(1).
+        o_base: the baseline's per-step time outside its forward, over T(1).
+    """
+
+    verify: tuple[float, ...]
+    c: float = 0.0
+    c2: float | None = None
+    o: float = 0.0
+    o_base: float = 0.0
+
+    def v(self, n: int | float) -> float:
+        vs = self.verify
+        if n <= 1 or not vs:
+            return 1.0
+        if n <= len(vs):
+            lo = int(math.floor(n))
+            f = n - lo
+            return vs[lo - 1] + (f * (vs[lo] - vs[lo - 1]) if f and lo < len(vs) else 0.0)
+        slope = vs[-1] - vs[-2] if len(vs) > 1 else 0.0
+        return vs[-1] + max(0.0, slope) * (n - len(vs))
+
+    def units(self, drafted: float, forwards: float | None = None, catch_up: float = 0.0) -> float:
+        """One step that verifies `drafted` drafts made in `forwards` draft forwards (default: one per draft);
+        `catch_up`: the probability that its first forward feeds two tokens."""
+        fw = drafted if forwards is None else forwards
+        extra = catch_up * ((self.c2 if self.c2 is not None else self.c) - self.c) if fw else 0.0
+        return self.v(drafted + 1) + fw * self.c + extra + self.o
+
+    @property
+    def base_units(self) -> float:
+        """A baseline step: one forward and its overhead."""
+        return 1.0 + self.o_base
+
+    def speedup(self, tokens_per_step: float, units_per_step: float) -> float:
+        """Decode speedup of a setup emitting `tokens_per_step` in `units_per_step` over the baseline."""
+        return (tokens_per_step / units_per_step) * self.base_units if units_per_step > 0 else float("nan")
+
+
+def expected_tokens(cum: Sequence[float], j: int) -> float:
+    """Expected tokens of a step that verifies the first j drafts, P_l = P(the first l drafts are all accepted):
+    1 + Σ_{l≤j} P_l (the target's own token always comes)."""
+    return 1.0 + sum(cum[:j])
+
+
+# --- calibration records ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CalStep:
+    """One decode step of a calibration lane: the draft's confidence in each drafted token (empty for lookup
+    drafters, which propose without one), how many tokens the drafter offered, how many the target kept."""
+
+    offered: int
+    accepted: int
+    q: tuple[float, ...] = ()
+    #: the calibration's proposal ended on its own (k or its cumulative stop), not on an end-of-sequence token
+    open_end: bool = True
+
+
+@dataclass(frozen=True)
+class LaneCal:
+    """A calibration lane on one prompt: its decode steps, its step 0 (prompt forward, which verified the first
+    proposal too), and its measured times (seconds).
+
+    Attributes:
+        steps: decode steps (after step 0).
+        step0: step 0's proposal and verdict (None: it drafted nothing, as k=auto does).
+        prefill_s: step 0's wall time (the target's and the draft's prompt forwards, the first proposal).
+        draft_s_per_forward: measured seconds of one draft forward (decode steps; 0 for lookups).
+        overhead_s: measured per-step seconds outside the forwards (decode steps).
+    """
+
+    steps: tuple[CalStep, ...]
+    step0: CalStep | None
+    prefill_s: float
+    draft_s_per_forward: float
+    overhead_s: float
+
+
+@dataclass(frozen=True)
+class PromptCal:
+    """One prompt of a calibration run: the baseline lane's measurements and each drafter's calibration lane.
+
+    Attributes:
+        new_tokens: tokens the baseline emitted (greedy: every setup emits as many).
+        base_wall_s, base_prefill_s: the baseline's wall and step 0; base_step_s: its mean decode forward (T(1) in
+            this run); base_overhead_s: its mean per-step time outside the forward.
+        lanes: drafter name → its calibration lane.
+    """
+
+    prompt_id: str
+    category: str
+    new_tokens: int
+    base_wall_s: float
+    base_prefill_s: float
+    base_step_s: float
+    base_overhead_s: float
+    lanes: dict[str, LaneCal] = field(default_factory=dict)
+
+
+# --- candidates ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    """A fixed setup priced from a drafter's calibration: at most k drafts, ending early after a draft with
+    confidence < stop or once the product of the confidences < cstop (model drafters only).
+
+    Attributes:
+        drafter: the calibration lane's drafter name (its setup without k/stop/cstop, e.g. `draft:qwen…,dtype=int8`
+            or `ngram`); setup: the setup string this candidate runs as.
+    """
+
+    drafter: str
+    setup: str
+    k: int
+    stop: float = 0.0
+    cstop: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        return self.drafter.split(":", 1)[0]
+
+
+def replay_step(s: CalStep, k: int, stop: float = 0.0, cstop: float = 0.0) -> tuple[int, int, bool]:
+    """What a (k, stop, cstop) rule drafts on a recorded proposal: (drafted, accepted, beyond) — `beyond`: it would
+    have drafted past the end of the recorded proposal (priced separately)."""
+    n, p = 0, 1.0
+    limit = min(k, s.offered)
+    while n < limit:
+        qi = s.q[n] if n < len(s.q) else 1.0
+        n += 1
+        p *= qi
+        if s.q and (qi < stop or p < cstop):
+            return n, min(s.accepted, n), False
+    beyond = n < k and s.open_end and n == s.offered and bool(s.q)
+    return n, min(s.accepted, n), beyond
+
+
+def _tail_alpha(steps: Iterable[CalStep]) -> float:
+    """Acceptance of the calibration's last draft where it was tested (the least confident ones: where its own
+    cumulative stop ended it), with a weak prior of 0.3."""
+    acc, n = 0.3, 1.0
+    for s in steps:
+        if s.q and s.open_end and s.offered and s.accepted >= s.offered - 1:
+            n += 1
+            acc += 1.0 if s.accepted == s.offered else 0.0
+    return acc / n
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A candidate priced on a calibration: predicted walls per prompt, and the totals the table shows.
+
+    Attributes:
+        pred_wall_s: prompt id → predicted seconds; base_wall_s: prompt id → the baseline's measured seconds.
+        alpha, tau: predicted α (Σ accepted / Σ drafted) and τ (tokens per step) over the replayed steps.
+        mean_k: drafts per step; units: mean units per decode step; c, o: the StepPrice's.
+    """
+
+    candidate: Candidate
+    pred_wall_s: dict[str, float]
+    base_wall_s: dict[str, float]
+    alpha: float | None
+    tau: float
+    mean_k: float
+    units: float
+    c: float
+    o: float
+    categories: dict[str, str] = field(default_factory=dict)
+
+    def speedup(self, prompt_ids: Iterable[str] | None = None) -> float:
+        ids = list(self.pred_wall_s) if prompt_ids is None else [p for p in prompt_ids if p in self.pred_wall_s]
+        pred = sum(self.pred_wall_s[p] for p in ids)
+        return sum(self.base_wall_s[p] for p in ids) / pred if pred > 0 else float("nan")
+
+    def by_category(self) -> dict[str, float]:
+        cats: dict[str, list[str]] = {}
+        for p in self.pred_wall_s:
+            cats.setdefault(self.categories.get(p, ""), []).append(p)
+        return {c: self.speedup(ids) for c, ids in cats.items()}
+
+
+def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float], c2_over_c: float = 1.0) -> Priced | None:
+    """Predict a candidate's wall per prompt from its drafter's calibration lanes (None: no lane for it).
+
+    c and o come from the calibration lanes (measured draft forward and per-step overhead, over the baseline's decode
+    step on the same prompt), V from the target's profile. Step 0 is the calibration lane's prefill with its own
+    first proposal's drafting replaced by the candidate's."""
+    pred: dict[str, float] = {}
+    base: dict[str, float] = {}
+    cats: dict[str, str] = {}
+    tot_tok = tot_steps = tot_acc = tot_dr = 0.0
+    tot_units = 0.0
+    cs, os_ = [], []
+    for pc in prompts:
+        lane = pc.lanes.get(cand.drafter)
+        if lane is None or pc.base_step_s <= 0:
+            continue
+        t1 = pc.base_step_s
+        c = lane.draft_s_per_forward / t1
+        price = StepPrice(tuple(verify), c=c, c2=c * c2_over_c, o=lane.overhead_s / t1, o_base=pc.base_overhead_s / t1)
+        cs.append(c)
+        os_.append(price.o)
+        tail = _tail_alpha(lane.steps)
+        tok = units = 0.0
+        for s in lane.steps:
+            d, a, beyond = replay_step(s, cand.k, cand.stop, cand.cstop)
+            extra_acc = 0.0
+            if beyond:  # drafts past the recorded proposal: paid in full, accepted at the tail rate
+                more = cand.k - d
+                if a == d:
+                    extra_acc = sum(tail ** j for j in range(1, more + 1))
+                d += more
+            bonus = 1.0 if a >= d else 0.0
+            tok += a + extra_acc + 1
+            units += price.units(d, d if lane.draft_s_per_forward > 0 else 0, catch_up=bonus)
+            tot_acc += a + extra_acc
+            tot_dr += d
+        n_steps = len(lane.steps)
+        tok0 = 1.0
+        prefill = lane.prefill_s
+        if lane.step0 is not None:
+            d0, a0, _ = replay_step(lane.step0, cand.k, cand.stop, cand.cstop)
+            tok0 = a0 + 1.0
+            prefill -= (lane.step0.offered - d0) * lane.draft_s_per_forward
+        if n_steps:
+            per_tok_units = units / tok
+            decode = max(0.0, pc.new_tokens - tok0) * per_tok_units * t1
+            tot_tok += tok
+            tot_steps += n_steps
+            tot_units += units
+        else:
+            decode = 0.0
+        pred[pc.prompt_id] = max(prefill, 0.0) + decode
+        base[pc.prompt_id] = pc.base_wall_s
+        cats[pc.prompt_id] = pc.category
+    if not pred:
+        return None
+    return Priced(cand, pred, base, tot_acc / tot_dr if tot_dr else None, tot_tok / tot_steps if tot_steps else 1.0,
+                  tot_dr / tot_steps if tot_steps else 0.0, tot_units / tot_steps if tot_steps else 1.0,
+                  sum(cs) / len(cs), sum(os_) / len(os_), cats)
+
+
+#: the grid the finder prices for each model drafter (k × stop × cstop) and lookup drafter (k)
+GRID_K = (1, 2, 3, 4, 6, 8, 12, 16, 24)
+GRID_CSTOP = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
+GRID_STOP = (0.0, 0.4, 0.75)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def grid(drafter: str, model: bool, ks: Sequence[int] = GRID_K) -> list[Candidate]:
+    """Every fixed setup of one drafter the finder prices: for a model drafter k × cstop (stop 0) and k × stop
+    (cstop 0); for a lookup drafter k. The setup strings parse back (app.core.setups)."""
+    out: list[Candidate] = []
+    head, _, rest = drafter.partition(",")
+    tail = f",{rest}" if rest else ""
+    for k in ks:
+        if not model:
+            out.append(Candidate(drafter, f"{head},k={k}{tail}", k))
+            continue
+        for cs in GRID_CSTOP:
+            out.append(Candidate(drafter, f"{head},k={k}" + (f",cstop={_fmt(cs)}" if cs else "") + tail, k, 0.0, cs))
+        for st in GRID_STOP[1:]:
+            out.append(Candidate(drafter, f"{head},k={k},stop={_fmt(st)}{tail}", k, st, 0.0))
+    return out
+
+
+def rank(priced: Iterable[Priced], prompt_ids: Iterable[str] | None = None) -> list[Priced]:
+    """Fastest first by predicted speedup over the given prompts (all: None); ties: fewer drafts first. Of the
+    candidates of one drafter that would behave identically on every recorded step (e.g. any k where lookups never
+    matched), only the first is kept."""
+    ids = None if prompt_ids is None else list(prompt_ids)
+    out, seen = [], set()
+    for p in sorted(priced, key=lambda p: (-_finite(p.speedup(ids)), p.candidate.k, p.candidate.setup)):
+        same = (p.candidate.drafter, tuple(round(w, 9) for w in p.pred_wall_s.values()), round(p.tau, 9), round(p.mean_k, 9))
+        if same not in seen:
+            seen.add(same)
+            out.append(p)
+    return out
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else -1.0
+
+
+def winners(priced: Sequence[Priced]) -> dict[str, Priced]:
+    """category → the candidate with the best predicted speedup on its prompts."""
+    cats = sorted({c for p in priced for c in p.categories.values()})
+    out = {}
+    for cat in cats:
+        best = rank(priced, [pid for pid, c in priced[0].categories.items() if c == cat]) if priced else []
+        if best:
+            out[cat] = best[0]
+    return out
+
+
+# --- break-even ----------------------------------------------------------------------------------------------
+def chain_speedup(alpha: float, k: int, price: StepPrice) -> float:
+    """Decode speedup of a chain of k drafts with i.i.d. acceptance α at this StepPrice (one forward per draft)."""
+    if k <= 0:
+        return price.speedup(1.0, 1.0 + price.o)
+    tokens = float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    return price.speedup(tokens, price.units(k))
+
+
+def break_even_alpha(price: StepPrice, beat: float, ks: Sequence[int] = tuple(range(1, 25))) -> tuple[float, int] | None:
+    """The lowest i.i.d. acceptance α (and the k it needs) at which a drafter of this cost beats `beat`x over the
+    baseline; None when no α ≤ 1 does (the verify curve and c leave no room)."""
+    best: tuple[float, int] | None = None
+    for k in ks:
+        if chain_speedup(1.0, k, price) <= beat:
+            continue
+        lo, hi = 0.0, 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if chain_speedup(mid, k, price) > beat:
+                hi = mid
+            else:
+                lo = mid
+        if best is None or hi < best[0]:
+            best = (hi, k)
+    return best
+
+
+def break_even_v(alpha: float, k: int, price: StepPrice, beat: float) -> float:
+    """The V(k + 1) at which a chain of k drafts accepted at α would just reach `beat`x (a cheaper verify pays)."""
+    tokens = float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    return tokens * price.base_units / beat - k * price.c - price.o
+
+
+# --- explanations --------------------------------------------------------------------------------------------
+def why(p: Priced, verify: Sequence[float], best: float, measured: float | None = None) -> str:
+    """One sentence on why a candidate wins or loses here, from its predicted parts."""
+    price = StepPrice(tuple(verify), c=p.c, o=p.o)
+    s = measured if measured is not None and math.isfinite(measured) else p.speedup()
+    k = max(0, round(p.mean_k))
+    parts = f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify V({k + 1}) {price.v(k + 1):.2f}"
+    if p.c > 0:
+        parts += f", {p.mean_k:.1f} drafts × c {p.c:.2f}"
+    parts += f", overhead {p.o:.2f})"
+    if p.alpha is None:
+        return f"{'loses' if s < 1.0 else 'even'}: proposed nothing on these prompts (no draft to verify); {parts}"
+    alpha = f"α {p.alpha:.2f}"
+    if s < 1.0:
+        need = break_even_alpha(price, 1.0)
+        tail = (f"needs α > {need[0]:.2f} (at k={need[1]}) to pay" if need else "cannot pay even if every draft were accepted")
+        return f"loses: {parts}; {alpha}: {tail}"
+    if s >= best - 1e-9:
+        return f"wins: {parts}; {alpha}"
+    return f"{s / best:.2f}x the winner: {parts}; {alpha}"
+

@@ -1,0 +1,134 @@
+"""The setup finder's pricing (app.core.tuning) on literal calibration records and cost curves."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.core.setups import parse_setup
+from app.core.tuning import (
+    CalStep,
+    Candidate,
+    LaneCal,
+    PromptCal,
+    StepPrice,
+    break_even_alpha,
+    break_even_v,
+    chain_speedup,
+    grid,
+    price_candidate,
+    rank,
+    replay_step,
+    why,
+    winners,
+)
+
+FLAT = tuple(1.0 + 0.02 * (n - 1) for n in range(1, 34))  # verifying is nearly free (a GPU)
+STEEP = tuple(0.3 + 0.7 * n for n in range(1, 34))  # llama.cpp Q4_K_M on 2 cores: every token nearly a step
+
+
+def test_a_rule_replays_on_a_recorded_proposal():
+    s = CalStep(offered=6, accepted=3, q=(0.9, 0.8, 0.6, 0.3, 0.5, 0.5))
+    assert replay_step(s, k=2) == (2, 2, False)  # two drafted, both kept
+    assert replay_step(s, k=8) == (6, 3, True)  # wants more than was recorded: beyond
+    assert replay_step(s, k=8, stop=0.5) == (4, 3, False)  # ends after the 0.3 draft (it is still verified)
+    assert replay_step(s, k=8, cstop=0.5) == (3, 3, False)  # 0.9·0.8·0.6 = 0.43 < 0.5
+    lookup = CalStep(offered=5, accepted=5)  # an n-gram proposal: no confidences
+    assert replay_step(lookup, k=3) == (3, 3, False) and replay_step(lookup, k=8) == (5, 5, False)
+    eos = CalStep(offered=2, accepted=2, q=(0.9, 0.9), open_end=False)  # ended on an end-of-sequence token
+    assert replay_step(eos, k=8) == (2, 2, False)
+
+
+def prompt(steps, prefill=1.0, tokens=21, t1=0.1, c_s=0.02, o_s=0.0, step0=None, cat="code", pid="p"):
+    lane = LaneCal(tuple(steps), step0, prefill, c_s, o_s)
+    return PromptCal(pid, cat, tokens, base_wall_s=prefill + (tokens - 1) * t1, base_prefill_s=prefill, base_step_s=t1,
+                     base_overhead_s=0.0, lanes={"draft:d": lane})
+
+
+def test_a_candidate_is_priced_step_by_step_from_the_record():
+    """Two recorded steps, a k=2 candidate: 3 then 2 tokens for 2 × (V(3) + 2c) steps' time; 20 tokens after
+    step 0 at that rate, plus the prefill."""
+    p = prompt([CalStep(4, 4, (0.9,) * 4), CalStep(4, 1, (0.9, 0.5, 0.5, 0.5))])
+    cand = Candidate("draft:d", "draft:d,k=2", 2)
+    out = price_candidate(cand, [p], FLAT)
+    c = 0.02 / 0.1
+    units = 2 * (FLAT[2] + 2 * c)  # V(3) + 2c each step (a bonus step's catch-up costs c here: c2 = c)
+    expect = 1.0 + 20 * (units / 5) * 0.1
+    assert out.pred_wall_s["p"] == pytest.approx(expect)
+    assert out.speedup() == pytest.approx(p.base_wall_s / expect)
+    assert out.alpha == pytest.approx(3 / 4) and out.tau == pytest.approx(2.5) and out.mean_k == 2
+
+
+def test_flat_verify_favours_long_drafts_and_steep_verify_none():
+    confident = [CalStep(12, 10, (0.95,) * 12) for _ in range(20)]
+    recs = [prompt(confident, c_s=0.005)]
+    flat = rank(price_candidate(c, recs, FLAT) for c in grid("draft:d", True))
+    assert flat[0].candidate.k >= 8 and flat[0].speedup() > 2  # of 3 s baseline, 1 s is the prefill both pay
+    # on a steep curve only near-certain drafts pay for their verification: with two of twelve kept, short drafts win
+    mediocre = [prompt([CalStep(12, 2, (0.9,) * 12) for _ in range(20)], c_s=0.005)]
+    steep = rank(price_candidate(c, mediocre, STEEP) for c in grid("draft:d", True))
+    assert steep[0].candidate.k <= 3 and steep[0].speedup() < 1.2
+    assert rank(price_candidate(c, mediocre, FLAT) for c in grid("draft:d", True))[0].candidate.k >= 2
+    # every grid setup string parses back to the candidate it prices
+    for c in grid("draft:d,dtype=int8", True) + grid("ngram:n=3", False):
+        s = parse_setup(c.setup)
+        assert s.k == c.k and getattr(s, "cstop", 0.0) == c.cstop and getattr(s, "stop", 0.0) == c.stop
+
+
+def test_cstop_wins_where_confidence_tells_good_runs_from_bad():
+    """Half the steps are confident and fully kept, half start with a doubtful draft that is rejected: a cumulative
+    stop drafts long on the first and stops at once on the second, so it beats every plain k."""
+    steps = [CalStep(12, 12, (0.97,) * 12), CalStep(12, 0, (0.3,) + (0.5,) * 11)] * 10
+    recs = [prompt(steps, c_s=0.01)]
+    ranked = rank(price_candidate(c, recs, tuple(1.0 + 0.1 * (n - 1) for n in range(1, 34))) for c in grid("draft:d", True))
+    best = ranked[0].candidate
+    assert best.cstop > 0 or best.stop > 0
+    plain = max(p.speedup() for p in ranked if not p.candidate.cstop and not p.candidate.stop)
+    assert ranked[0].speedup() > plain * 1.2
+
+
+def test_drafting_past_the_record_is_paid_in_full():
+    """A cstop=0 candidate at k=24 on proposals the calibration stopped at 3 (its own cumulative stop): the 21 drafts
+    past the record cost their forwards and verify width, and are accepted at the measured tail rate only."""
+    steps = [CalStep(3, 1, (0.5, 0.1, 0.1))] * 10
+    recs = [prompt(steps, c_s=0.01)]
+    k3 = price_candidate(Candidate("draft:d", "draft:d,k=3", 3), recs, FLAT)
+    k24 = price_candidate(Candidate("draft:d", "draft:d,k=24", 24), recs, FLAT)
+    assert k24.mean_k == 24 and k24.units > k3.units + 21 * 0.1 and k24.speedup() < k3.speedup()
+
+
+def test_winners_by_category_and_ranking_dedupes_identical_setups():
+    a = prompt([CalStep(6, 6, (0.95,) * 6)] * 10, pid="a", cat="code")
+    b = prompt([CalStep(6, 0, (0.4,) * 6)] * 10, pid="b", cat="chat")
+    priced = rank(price_candidate(c, [a, b], FLAT) for c in grid("draft:d", True))
+    w = winners(priced)
+    assert w["code"].by_category()["code"] > w["chat"].by_category()["chat"]
+    assert w["code"].candidate.k > w["chat"].candidate.k or w["chat"].candidate.cstop or w["chat"].candidate.stop
+    # a lookup that never matched: every k behaves alike, one is kept
+    none = prompt([CalStep(0, 0)] * 10)
+    none.lanes["ngram:n=3"] = none.lanes.pop("draft:d")
+    assert len(rank(price_candidate(c, [none], FLAT) for c in grid("ngram:n=3", False))) == 1
+
+
+def test_break_even_acceptance_and_verify_cost():
+    price = StepPrice(STEEP, c=0.3)
+    be = break_even_alpha(price, 1.0)
+    assert be is not None
+    alpha, k = be
+    assert chain_speedup(alpha + 1e-6, k, price) >= 1.0 - 1e-9 and chain_speedup(alpha - 0.01, k, price) < 1.0
+    # on a flat curve with a free drafter nearly any acceptance pays
+    assert break_even_alpha(StepPrice(FLAT, c=0.0), 1.0)[0] < 0.05
+    # a draft as dear as the target cannot pay on a steep curve
+    assert break_even_alpha(StepPrice(STEEP, c=1.0), 1.0) is None
+    # the V(k+1) that would make α 0.8 at k 4 reach 1.5x: the speedup there is 1.5x
+    v = break_even_v(0.8, 4, StepPrice(FLAT, c=0.1), 1.5)
+    tokens = (1 - 0.8**5) / 0.2
+    assert tokens / (v + 4 * 0.1) == pytest.approx(1.5)
+
+
+def test_why_names_the_parts_that_decide():
+    p = price_candidate(Candidate("draft:d", "draft:d,k=4", 4), [prompt([CalStep(4, 0, (0.3,) * 4)] * 10, c_s=0.05)], STEEP)
+    text = why(p, STEEP, best=1.0)
+    assert text.startswith("loses") and "V(5)" in text and "c 0.50" in text and "α 0.00" in text
+    assert math.isfinite(p.speedup())
