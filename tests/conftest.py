@@ -156,3 +156,19 @@ def pytest_sessionfinish(session, exitstatus):
     early = session.config.stash.get(vllm_server.EARLY, None)
     if early is not None:  # started but its tests did not run (interrupted, or all deselected later)
         early.stop()
+
+
+@pytest.fixture(scope="session")
+def tune_report(tiny_pair, tmp_path_factory) -> tuple[dict, str, Path]:
+    """The setup finder run once, as users run it (`python -m app tune`), on the tiny pair and the quick suite:
+    (its JSON report, its stdout, the report's path). Shared by the CLI's and the dialog's tests (~1.5 min)."""
+    import json
+    import subprocess
+    import sys
+
+    t, d = (str(p) for p in tiny_pair)
+    out = tmp_path_factory.mktemp("tune") / "tune.json"
+    r = subprocess.run([sys.executable, "-m", "app", "tune", "--target", t, "--draft", d, "--kinds", "draft,ngram,tree", "--suite", "quick",
+                        "--minutes", "6", "--max-new-tokens", "16", "--no-chat", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(out.read_text()), r.stdout + r.stderr, out

@@ -22,6 +22,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 #: the subcommands, in the order `--help` lists them: (name on the command line, module under app.commands)
 COMMANDS = (
     ("bench", "bench"),
+    ("tune", "tune"),
     ("engines", "engines"),
     ("convert", "convert"),
     ("setups", "setups"),

@@ -45,8 +45,12 @@ class CostPanel(QWidget):
         self.note.setWordWrap(True)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
+        self.break_even = QLabel("")  # the setup finder's break-even line (Run ▸ Find the fastest setup)
+        self.break_even.setWordWrap(True)
+        self.break_even.hide()
         lay.addWidget(self.glw, 1)
         lay.addWidget(self.note)
+        lay.addWidget(self.break_even)
         self.set_theme(theme)
 
     # --- run sink --------------------------------------------------------------------------------
@@ -73,6 +77,12 @@ class CostPanel(QWidget):
             self.plot.getAxis(ax).setPen(theme.plot_fg)
             self.plot.getAxis(ax).setTextPen(theme.plot_fg)
         self.redraw()
+
+    def set_break_even(self, lines: list[str]) -> None:
+        """Show the setup finder's break-even lines (what α or V(k + 1) a drafter needs here to beat the baseline and
+        the winner) under the curves."""
+        self.break_even.setText("Break-even on this machine (setup finder):\n" + "\n".join(f"• {t}" for t in lines) if lines else "")
+        self.break_even.setVisible(bool(lines))
 
     # --- content ---------------------------------------------------------------------------------
     def add_profile(self, p: CostProfile) -> None:

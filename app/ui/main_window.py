@@ -230,6 +230,11 @@ class MainWindow(QMainWindow):
             a.triggered.connect(lambda _=False, s=slot: s())
             if key is not None:
                 a.setShortcut(key)
+        r = self.menuBar().addMenu("&Run")
+        self.tune_action = r.addAction("Find the fastest setup…")
+        self.tune_action.setShortcut(QKeySequence("Ctrl+Shift+F"))
+        self.tune_action.setToolTip("calibrate the drafters, price every setup of a grid with this machine's costs, confirm the best")
+        self.tune_action.triggered.connect(lambda: self.find_fastest_setup())
         v = self.menuBar().addMenu("&View")
         v.addAction(self.dark_action)
         self.hide_rejected_action = v.addAction("Hide rejected drafts")
@@ -315,6 +320,24 @@ class MainWindow(QMainWindow):
     @property
     def status_label(self):
         return self.status.label
+
+    def find_fastest_setup(self):
+        """Run ▸ Find the fastest setup: the finder's dialog for the current target (one at a time); its winners
+        become lanes on request, its break-even line goes to the Costs tab."""
+        from app.core.prompts import list_suites
+        from app.ui.tune_dialog import TuneDialog
+
+        d = getattr(self, "tune_dialog", None)
+        if d is None or d.target != self.target():
+            if d is not None and d.running:
+                d.raise_()
+                return d
+            d = self.tune_dialog = TuneDialog(self.target(), list_suites(), self, busy=lambda: self.running)
+            d.useLanes.connect(self.set_setups)
+            d.report.connect(lambda doc: self.costs.set_break_even(doc.get("break_even_text", [])))
+        d.show()
+        d.raise_()
+        return d
 
     def add_lane(self, setup: str = "baseline", after: int | None = None):
         return self.setup_panel.add_lane(setup, after)

@@ -1,0 +1,540 @@
+"""`python -m app tune`: which decoding setup is fastest here — a setup finder.
+
+1. **Calibration** (about half the time budget): the baseline and one calibration lane per drafter (a draft model at
+   each precision tried, n-gram lookup) run interleaved, prompt by prompt, categories in turn. Each calibration lane
+   drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every step's draft confidences and the target's
+   verdict (app.core.tuning).
+2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; lookup × k) is priced from those
+   records with the target's cost profile — per prompt, per category and overall. No model runs in this phase.
+3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
+   drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows).
+
+Output: a ranked table — predicted and measured tokens/s and speedup, α, τ, one sentence on why each wins or
+loses — the winner per category, the break-even line (what α a drafter of a given cost needs to beat the baseline
+and the winner here, what V(k + 1) the winner's α would need), and what was not tried. `--json` writes all of it;
+the window's Run ▸ Find the fastest setup runs this command and turns the winners into lanes.
+
+Progress lines on stderr: ``tune [ 42%] calibration: prompt 3 of 6 (code-2)`` (the GUI reads them). Ctrl-C (or
+SIGTERM) stops between prompts' steps and reports what was measured so far; exit 130 then, 2 on a user error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.core.errors import SetupError
+
+__all__ = ["add_parser", "run", "KINDS", "PRICED_KINDS"]
+
+#: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts); trees and ReDrafter heads are
+#: named in the output as not tried
+KINDS = ("draft", "ngram", "tree", "redrafter")
+PRICED_KINDS = ("draft", "ngram")
+#: share of the budget the calibration may take (the rest confirms)
+CALIBRATION_SHARE = 0.5
+
+
+def add_parser(sub) -> None:
+    from app.core.prompts import list_suites
+
+    t = sub.add_parser("tune", help="find the fastest decoding setup for a target on this machine (calibrate, price a grid, confirm)")
+    t.add_argument("--target", required=True, help="engine name (see `engines`)")
+    t.add_argument("--draft", action="append", metavar="ENGINE", help="draft model engine, repeatable (default: the engines "
+                   "sharing the target's tokenizer and backend that are smaller than it)")
+    t.add_argument("--kinds", default="draft,ngram", help=f"drafter kinds to try, comma-separated, of {', '.join(KINDS)} "
+                   "(default draft,ngram)")
+    t.add_argument("--dtypes", default=None, help="draft precisions to try for PyTorch drafts (default int8 and the draft's own)")
+    t.add_argument("--suite", help="built-in suite: " + ", ".join(list_suites()) + " (default specbench)")
+    t.add_argument("--prompts", help="JSONL file with id, prompt[, category]")
+    t.add_argument("--prompt", action="append", help="prompt text (repeatable)")
+    t.add_argument("--minutes", type=float, default=15.0, help="time budget, calibration and confirmation together (default 15)")
+    t.add_argument("--confirm", type=int, default=3, help="the best N priced setups confirmed by a real run (default 3), besides "
+                   "each category's winner and k=auto")
+    t.add_argument("--max-new-tokens", type=int, default=64)
+    t.add_argument("--temperature", type=float, default=0.0)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    t.add_argument("--json", metavar="PATH", help="write the finder's report to PATH (- for stdout, then no table)")
+    t.add_argument("--quiet", action="store_true", help="no progress")
+    t.set_defaults(func=run)
+
+
+# --- what to try ---------------------------------------------------------------------------------------------
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise SetupError(f"unknown drafter kind {', '.join(bad) or '(none)'} in --kinds", fix=f"use a comma-separated list of {', '.join(KINDS)}")
+    return kinds
+
+
+def default_drafts(target_manifest) -> list[str]:
+    """Engines that can draft for the target: same tokenizer tag and backend, smaller weights, smallest first."""
+    from app.engines.registry import list_manifests
+
+    tag = target_manifest.extra.get("tokenizer")
+    if not tag:
+        return []
+    size = target_manifest.size or 0
+    out = [m for m in list_manifests() if m.name != target_manifest.name and m.backend == target_manifest.backend
+           and m.extra.get("tokenizer") == tag and (not size or (m.size or 0) < size)]
+    return [m.name for m in sorted(out, key=lambda m: m.size or 0)]
+
+
+def drafters(target_manifest, drafts: list[str], kinds: tuple[str, ...], dtypes: str | None) -> list[tuple[str, bool]]:
+    """(drafter, is a model) for every drafter tried: `draft:<engine>[,dtype=…]` per draft and precision, `ngram`."""
+    from app.engines.registry import resolve
+
+    out: list[tuple[str, bool]] = []
+    if "draft" in kinds:
+        if not drafts:
+            raise SetupError(f"no draft model for {target_manifest.name}: no other engine shares its tokenizer and backend",
+                             fix="name one with --draft ENGINE, or try --kinds ngram")
+        for d in drafts:
+            m = resolve(d)  # an unknown engine is said now, with the known names
+            if m.backend != "hf":
+                out.append((f"draft:{d}", True))
+                continue
+            wanted = [x.strip() for x in dtypes.split(",")] if dtypes else (["int8", None] if m.device in ("cpu", "auto") else [None])
+            for dt in wanted:
+                out.append((f"draft:{d}" + (f",dtype={dt}" if dt and dt != m.dtype else ""), True))
+    if "ngram" in kinds:
+        out.append(("ngram:n=3", False))
+    return list(dict.fromkeys(out))
+
+
+def calibration_setup(drafter: str, model: bool, target: str | None = None) -> str:
+    """The setup string of a drafter's calibration lane (long proposals, a low cumulative stop)."""
+    from app.core.tuning import CAL_CSTOP, CAL_K
+
+    head, _, rest = drafter.partition(",")
+    tail = f",{rest}" if rest else ""
+    s = f"{head},k={CAL_K},cstop={CAL_CSTOP}{tail}" if model else f"{head},k={CAL_K}{tail}"
+    return s + (f"@{target}" if target else "")
+
+
+def auto_setup(drafter: str) -> str:
+    head, _, rest = drafter.partition(",")
+    return f"{head},k=auto" + (f",{rest}" if rest else "")
+
+
+def order_prompts(prompts: list) -> list:
+    """Categories in turn (the first prompt of each, then the second, …), so that a budget that ends early has
+    measured every category it could."""
+    by: dict[str, list] = {}
+    for p in prompts:
+        by.setdefault(p.category or "", []).append(p)
+    out = []
+    for i in range(max((len(v) for v in by.values()), default=0)):
+        out.extend(v[i] for v in by.values() if i < len(v))
+    return out
+
+
+# --- the finder ------------------------------------------------------------------------------------------------
+class _Stop(Exception):
+    pass
+
+
+@dataclass
+class Phase:
+    """One phase's lanes, run prompt by prompt on one worker: its plan, what came back, and how far it got."""
+
+    plan: Any
+    results: Any
+    steps: dict[str, list] = field(default_factory=dict)  # lane id → its StepEvents
+    prompts_done: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+class Finder:
+    """Runs the finder's phases on one worker (engines loaded once) and keeps everything measured."""
+
+    def __init__(self, args, quiet: bool) -> None:
+        from app.commands.worker_run import WorkerRun
+        from app.core.prompts import load_jsonl, load_suite
+        from app.core.setups import Sampling
+        from app.engines.registry import resolve
+
+        self.args = args
+        self.t0 = time.monotonic()
+        self.budget_s = max(0.5, float(args.minutes)) * 60.0
+        self.target = resolve(args.target)
+        self.kinds = _kinds(args.kinds)
+        given = sum(bool(x) for x in (args.prompt, args.prompts, args.suite))
+        if given > 1:
+            raise SetupError("give at most one of --prompt, --prompts or --suite", fix="e.g. --suite specbench")
+        if args.prompt:
+            from app.core.prompts import Prompt
+
+            prompts = [Prompt(f"p{i}", t) for i, t in enumerate(args.prompt)]
+        elif args.prompts:
+            prompts = load_jsonl(args.prompts)
+        else:
+            prompts = load_suite(args.suite or "specbench")
+        self.prompts = order_prompts(prompts)
+        drafts = args.draft if args.draft else (default_drafts(self.target) if "draft" in self.kinds else [])
+        self.drafters = drafters(self.target, drafts, self.kinds, args.dtypes)
+        if not self.drafters:
+            raise SetupError("nothing to try", fix="--kinds draft,ngram (trees and ReDrafter heads are not priced by the finder yet)")
+        self.sampling = Sampling(args.temperature, 1.0, 0, args.seed, args.max_new_tokens).validated()
+        self.chat = not args.no_chat
+        self.w = WorkerRun(quiet)
+        self.quiet = quiet
+        self.profiles: list = []
+        self.calibration: Phase | None = None
+        self.confirm: Phase | None = None
+        self.stopped = ""
+
+    # --- helpers ----------------------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def say_progress(self, what: str) -> None:
+        if not self.quiet:
+            pct = min(100, int(100 * self.elapsed() / self.budget_s))
+            print(f"tune [{pct:3d}%] {what}", file=sys.stderr, flush=True)
+
+    def plan(self, setups: list[str], run_id: str, warmup: int):
+        from app.worker.plan import RunPlan
+
+        return RunPlan(self.args.target, tuple(setups), tuple(self.prompts), self.sampling, mode="interleaved", chat=self.chat,
+                       warmup_tokens=warmup, run_id=run_id)
+
+    def run_phase(self, phase: Phase, name: str, until_s: float) -> None:
+        """Run the phase's lanes prompt by prompt (after its warm-up, if any) while the budget allows: a prompt
+        starts only if the mean prompt so far fits before `until_s` (the first always runs)."""
+        from app.core.events import StepEvent
+
+        plan, results = phase.plan, phase.results
+
+        def on_event(ev) -> None:
+            results.on_event(ev)
+            if isinstance(ev, StepEvent) and not plan.is_warmup(ev.lane_id):
+                phase.steps.setdefault(ev.lane_id, []).append(ev)
+
+        warm = plan.warmup_command()
+        if warm is not None:
+            self.say_progress(f"{name}: warm-up")
+            self.w.run(warm, lambda ev: None)
+        cmd = plan.command()
+        t_start = time.monotonic()
+        for i, p in enumerate(plan.prompts):
+            per = (time.monotonic() - t_start) / i if i else 0.0
+            if i and self.elapsed() + per > until_s:
+                break
+            self.say_progress(f"{name}: prompt {i + 1} of {len(plan.prompts)} ({p.id})")
+            lanes = tuple(x for x in cmd.lanes if x.prompt_id == p.id)
+            self.w.run(replace(cmd, run_id=f"{cmd.run_id}-{i}", lanes=lanes), on_event)
+            phase.prompts_done.append(p.id)
+        phase.wall_s = time.monotonic() - t_start
+        results.mark_finished()
+
+    # --- phases -----------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        from app.core.errors import SpecDeckError
+
+        plan = self.plan(["baseline", *(calibration_setup(d, m) for d, m in self.drafters)], "tune-cal", 8)
+        self.say_progress(f"loading {self.target.name} and {len({d for d, m in self.drafters if m})} draft(s); cost profiles")
+        ev, self.profiles = self.w.load(plan.load_command())
+        if not self.verify_curve():
+            raise SpecDeckError(f"no cost profile for {self.target.name}: the finder prices setups with it",
+                                fix=f"the target must be an engine our loop drafts on (hf or llamacpp); run `python -m app profile --target {self.target.name}`")
+        self._cal_plan = plan
+
+    def verify_curve(self) -> tuple[float, ...] | None:
+        for p in self.profiles:
+            if p.engine == self.target.name:
+                return p.curve(40)
+        return None
+
+    def calibrate(self) -> None:
+        from app.worker.plan import RunResults
+
+        self.calibration = Phase(self._cal_plan, RunResults(self._cal_plan))
+        self.run_phase(self.calibration, "calibration", self.budget_s * CALIBRATION_SHARE)
+
+    def records(self) -> list:
+        """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
+        from app.core.tuning import CAL_CSTOP, CAL_K, CalStep, LaneCal, PromptCal
+
+        assert self.calibration is not None
+        ph = self.calibration
+        stats = ph.results.stats
+        out = []
+        for p in ph.plan.prompts:
+            if p.id not in ph.prompts_done:
+                continue
+            base = stats.get(ph.plan.lane_id(0, p))
+            if base is None or base.decode_steps <= 0:
+                continue
+            step_s = base.t_verify_s / base.decode_steps
+            over = max(0.0, base.wall_s - base.prefill_s - base.t_verify_s - base.t_draft_s) / base.decode_steps
+            pc = PromptCal(p.id, p.category, base.new_tokens, base.wall_s, base.prefill_s, step_s, over)
+            for i, (d, model) in enumerate(self.drafters, start=1):
+                lid = ph.plan.lane_id(i, p)
+                st = stats.get(lid)
+                if st is None or st.decode_steps <= 0:
+                    continue
+                steps, step0 = [], None
+                for ev in ph.steps.get(lid, []):
+                    q = tuple(ev.draft_probs or ()) if model else ()
+                    n = len(ev.drafted_ids)
+                    open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
+                    cs = CalStep(n, ev.accepted_count, q, open_end)
+                    if ev.step == 0:
+                        step0 = cs if n else None
+                    else:
+                        steps.append(cs)
+                per_fw = st.t_draft_s / st.draft_forwards if model and st.draft_forwards else 0.0
+                drafting = st.t_draft_s if model else 0.0
+                over_l = max(0.0, st.wall_s - st.prefill_s - st.t_verify_s - drafting) / st.decode_steps
+                pc.lanes[d] = LaneCal(tuple(steps), step0, st.prefill_s, per_fw, over_l)
+            out.append(pc)
+        return out
+
+    def price(self, records: list) -> list:
+        from app.core.tuning import grid, price_candidate, rank
+
+        verify = self.verify_curve() or (1.0,)
+        priced = []
+        for d, model in self.drafters:
+            for cand in grid(d, model):
+                p = price_candidate(cand, records, verify)
+                if p is not None:
+                    priced.append(p)
+        return rank(priced)
+
+    def confirm_setups(self, ranked: list) -> list[str]:
+        from app.core.tuning import winners
+
+        chosen: list[str] = [p.candidate.setup for p in ranked[: max(0, self.args.confirm)]]
+        chosen += [p.candidate.setup for p in winners(ranked).values()]
+        models = [p for p in ranked if p.candidate.kind == "draft"]
+        if models:
+            chosen.append(auto_setup(models[0].candidate.drafter))
+        return list(dict.fromkeys(chosen))[:8]
+
+    def run_confirm(self, setups: list[str]) -> None:
+        from app.worker.plan import RunResults
+
+        assert self.calibration is not None
+        plan = replace(self.plan(["baseline", *setups], "tune-confirm", 0),
+                       prompts=tuple(p for p in self.prompts if p.id in self.calibration.prompts_done))
+        self.confirm = Phase(plan, RunResults(plan))
+        self.run_phase(self.confirm, "confirmation", self.budget_s)
+
+
+# --- the report --------------------------------------------------------------------------------------------
+def _measured(confirm: Phase | None) -> dict[str, dict]:
+    """setup → measured speedup, tokens/s, α, τ overall and speedup by category (pooled like the bench)."""
+    if confirm is None:
+        return {}
+    from app.core.metrics import summarize
+
+    runs = confirm.results.completed()
+    cats = {p.id: p.category for p in confirm.plan.prompts}
+    out: dict[str, dict] = {}
+    for s in summarize(runs):
+        rs = [r for r in runs if r.setup == s.setup]
+        base = {r.prompt_id: r for r in runs if r.setup == "baseline"}
+        by: dict[str, list[float]] = {}
+        for r in rs:
+            b = base.get(r.prompt_id)
+            if b is not None:
+                acc = by.setdefault(cats.get(r.prompt_id, ""), [0.0, 0.0])
+                acc[0] += b.wall_s
+                acc[1] += r.wall_s
+        out[s.setup] = dict(speedup=s.speedup, tokens_per_s=s.tokens_per_s, alpha=s.acceptance_rate, tau=s.mean_accepted_len,
+                            identical_runs=s.identical_runs, runs=s.runs,
+                            by_category={c: a / b for c, (a, b) in by.items() if b > 0})
+    return out
+
+
+def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dict]) -> dict:
+    """The finder's report (JSON-ready): candidates ranked, the winner per category, break-even, what was not tried."""
+    from app.core.costs import machine_summary
+    from app.core.setups import parse_setup
+    from app.core.tuning import StepPrice, break_even_alpha, break_even_v, why, winners
+
+    verify = f.verify_curve() or (1.0,)
+    tokens = {r.prompt_id: r.new_tokens for r in records}
+    confirmed = {parse_setup(s).label: m for s, m in measured.items()}
+
+    def label(s: str) -> str:
+        return parse_setup(s).label
+
+    best_pred = ranked[0].speedup() if ranked else 1.0
+    measured_best = max((m["speedup"] for s, m in confirmed.items() if s != "baseline" and m.get("speedup")), default=None)
+    best = max(best_pred, measured_best or 0.0)
+    cands = []
+    for i, p in enumerate(ranked):
+        m = confirmed.get(label(p.candidate.setup))
+        pred_wall = sum(p.pred_wall_s.values())
+        cands.append(dict(
+            rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, k=p.candidate.k, stop=p.candidate.stop,
+            cstop=p.candidate.cstop, predicted_speedup=p.speedup(),
+            predicted_tokens_per_s=sum(tokens[x] for x in p.pred_wall_s) / pred_wall if pred_wall > 0 else None,
+            predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
+            measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
+    # k=auto and anything else measured but not in the grid
+    extra = [dict(setup=s, measured=m) for s, m in confirmed.items() if s != "baseline" and s not in {c["setup"] for c in cands}]
+    # the winner: measured where confirmed (the real run decides), else predicted
+    scored = [(c["measured"]["speedup"], c["setup"], "measured") for c in cands if c["measured"] and c["measured"].get("speedup")]
+    scored += [(e["measured"]["speedup"], e["setup"], "measured") for e in extra if e["measured"].get("speedup")]
+    if not scored and cands:
+        scored = [(cands[0]["predicted_speedup"], cands[0]["setup"], "predicted")]
+    winner = max(scored, default=None)
+    by_cat: dict[str, dict] = {}
+    for cat, p in winners(ranked).items():
+        m = confirmed.get(label(p.candidate.setup))
+        by_cat[cat] = dict(setup=label(p.candidate.setup), predicted_speedup=p.by_category().get(cat),
+                           measured_speedup=(m or {}).get("by_category", {}).get(cat))
+    # break-even: from the records' mean step price (c of the cheapest model drafter, 0 for lookups)
+    o_base = sum(r.base_overhead_s / r.base_step_s for r in records) / len(records) if records else 0.0
+    lines = []
+    beat_w = winner[0] if winner else 1.0
+    drafter_costs = sorted({(p.candidate.drafter, round(p.c, 3), round(p.o, 3)) for p in ranked}, key=lambda x: x[1])
+    be: list[dict] = []
+    for d, c, o in drafter_costs:
+        price = StepPrice(tuple(verify), c=c, o=o, o_base=o_base)
+        for what, s in (("the baseline", 1.0), (f"the winner ({beat_w:.2f}x)", beat_w))[: 2 if beat_w > 1.0 else 1]:
+            a = break_even_alpha(price, s)
+            be.append(dict(drafter=d, c=c, beat=what, speedup=s, alpha=a[0] if a else None, k=a[1] if a else None))
+            lines.append(f"{d} (c {c:.2f}) needs α ≥ {a[0]:.2f} at k={a[1]} to beat {what}" if a else
+                         f"{d} (c {c:.2f}) cannot beat {what} here even if every draft were accepted")
+    if winner and ranked:
+        wp = next((p for p in ranked if label(p.candidate.setup) == winner[1]), ranked[0])
+        if wp.alpha is not None and wp.candidate.k:
+            price = StepPrice(tuple(verify), c=wp.c, o=wp.o, o_base=o_base)
+            k = wp.candidate.k
+            v_need = break_even_v(wp.alpha, k, price, beat_w * 1.1)
+            lines.append(f"for {label(wp.candidate.setup)} to gain another 10 % at its α {wp.alpha:.2f}, verifying {k + 1} tokens would have "
+                         f"to cost V({k + 1}) ≤ {v_need:.2f} (it costs {price.v(k + 1):.2f} here)")
+    not_tried = [f"{k}: the finder prices chains of drafts; try tree:/redrafter: lanes by hand" for k in f.kinds if k not in PRICED_KINDS]
+    cal, conf = f.calibration, f.confirm
+    if cal is not None and len(cal.prompts_done) < len(f.prompts):
+        not_tried.append(f"{len(f.prompts) - len(cal.prompts_done)} of {len(f.prompts)} prompts not calibrated (time budget)")
+    if conf is not None and cal is not None and len(conf.prompts_done) < len(cal.prompts_done):
+        not_tried.append(f"confirmed on {len(conf.prompts_done)} of {len(cal.prompts_done)} calibrated prompts (time budget)")
+    if conf is None:
+        not_tried.append("no setup confirmed by a real run" + (f" ({f.stopped})" if f.stopped else " (time budget)"))
+    return {
+        "target": f.target.name,
+        "machine": machine_summary(),
+        "sampling": {"temperature": f.sampling.temperature, "seed": f.sampling.seed, "max_new_tokens": f.sampling.max_new_tokens},
+        "budget_s": f.budget_s,
+        "wall_s": round(f.elapsed(), 1),
+        "drafters": [d for d, _ in f.drafters],
+        "prompts": {"calibrated": list(cal.prompts_done) if cal else [], "confirmed": list(conf.prompts_done) if conf else []},
+        "categories": {p.id: p.category for p in f.prompts},
+        "calibration_s": round(cal.wall_s, 1) if cal else None,
+        "confirmation_s": round(conf.wall_s, 1) if conf else None,
+        "verify_curve": list(verify[:33]),
+        "candidates": cands,
+        "priced": len(cands),
+        "other_measured": extra,
+        "winner": {"setup": winner[1], "speedup": winner[0], "by": winner[2]} if winner else None,
+        "winners_by_category": by_cat,
+        "break_even": be,
+        "break_even_text": lines,
+        "not_tried": not_tried,
+        "stopped": f.stopped or None,
+    }
+
+
+def render(doc: dict, top: int = 12) -> str:
+    """The report as text: the ranked table (the confirmed setups and the best priced ones), winners, break-even."""
+    lines = [f"Setup finder: {doc['target']} on {doc['machine']}",
+             f"calibrated on {len(doc['prompts']['calibrated'])} prompts in {doc['calibration_s'] or 0:.0f} s; priced {doc['priced']} setups; "
+             f"confirmed on {len(doc['prompts']['confirmed'])} prompts in {doc['confirmation_s'] or 0:.0f} s; total {doc['wall_s']:.0f} s", ""]
+    shown = [c for c in doc["candidates"] if c["measured"]] + [c for c in doc["candidates"][:top] if not c["measured"]]
+    shown.sort(key=lambda c: c["rank"])
+    w = max([len(c["setup"]) for c in shown] + [len(e["setup"]) for e in doc["other_measured"]] + [5])
+    lines.append(f"{'rank':>4}  {'setup':<{w}}  {'pred tok/s':>10} {'pred x':>7}  {'meas tok/s':>10} {'meas x':>7}  {'α':>5} {'τ':>5}  why")
+
+    def num(x, f="{:.2f}"):
+        return f.format(x) if isinstance(x, (int, float)) and x is not None and math.isfinite(x) else "–"
+
+    for c in shown:
+        m = c["measured"] or {}
+        lines.append(f"{c['rank']:>4}  {c['setup']:<{w}}  {num(c['predicted_tokens_per_s'], '{:.1f}'):>10} {num(c['predicted_speedup']) + 'x':>7}  "
+                     f"{num(m.get('tokens_per_s'), '{:.1f}'):>10} {(num(m.get('speedup')) + 'x') if m else '–':>7}  "
+                     f"{num(c['alpha']):>5} {num(c['tau']):>5}  {c['why']}")
+    for e in doc["other_measured"]:
+        m = e["measured"]
+        lines.append(f"{'':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
+                     f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  measured only (adapts each step: not priced)")
+    if doc["winner"]:
+        wn = doc["winner"]
+        lines += ["", f"fastest here: {wn['setup']} — {wn['speedup']:.2f}x the baseline ({wn['by']})"]
+    if doc["winners_by_category"]:
+        lines.append("winner per category:")
+        for cat, x in doc["winners_by_category"].items():
+            ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
+            lines.append(f"  {cat or '(none)':<14} {x['setup']}  predicted {num(x['predicted_speedup'])}x{ms}")
+    if doc["break_even_text"]:
+        lines.append("break-even on this machine:")
+        lines += [f"  {t}" for t in doc["break_even_text"]]
+    if doc["not_tried"]:
+        lines.append("not tried: " + "; ".join(doc["not_tried"]))
+    if doc.get("stopped"):
+        lines.append(f"stopped: {doc['stopped']}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from app.commands.worker_run import Stuck
+    from app.core.errors import WorkerDiedError
+    from app.core.report import check_writable, write_json
+
+    if args.json and args.json != "-":
+        check_writable(args.json)
+    f = Finder(args, args.quiet)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    records: list = []
+    ranked: list = []
+    rc = 0
+    try:
+        f.load()
+        f.calibrate()
+        records = f.records()
+        if not records:
+            raise SetupError("the calibration finished no prompt", fix="raise --minutes or lower --max-new-tokens")
+        ranked = f.price(records)
+        f.say_progress(f"priced {len(ranked)} setups on {len(records)} prompts; confirming the best")
+        if f.elapsed() < f.budget_s:
+            f.run_confirm(f.confirm_setups(ranked))
+    except KeyboardInterrupt:
+        f.stopped, rc = "stopped by the user", 130
+    except (WorkerDiedError, Stuck) as e:
+        f.stopped, rc = str(e), 2
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        f.w.close()
+    if not ranked and f.calibration is not None and f.calibration.prompts_done:
+        records = f.records()
+        ranked = f.price(records) if records else []
+    if not ranked:
+        print(f"error: nothing to report ({f.stopped or 'no prompt calibrated'})", file=sys.stderr)
+        return rc or 2
+    f.say_progress("done")
+    doc = build_report(f, records, ranked, _measured(f.confirm))
+    if args.json == "-":
+        print(json.dumps(doc, indent=1, ensure_ascii=False))
+    else:
+        print(render(doc))
+        if args.json:
+            write_json(doc, args.json)
+    return rc

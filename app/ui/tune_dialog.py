@@ -1,0 +1,296 @@
+"""Run ▸ Find the fastest setup: the setup finder (`python -m app tune`) from the window.
+
+The finder runs as its own process (its own worker and models), so the window stays responsive and a Stop ends it
+cleanly: SIGTERM makes `tune` report what it measured so far. Its progress lines (``tune [ 42%] …``) drive the
+progress bar; its JSON report fills the table — predicted and measured speedups, α, τ and why each setup wins or
+loses — the winner per category and the break-even line, which also goes to the Costs tab. "Use as lanes" puts the
+baseline, the winner and the category winners in the window's lanes with one click.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from PySide6.QtCore import QProcess, QProcessEnvironment, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+__all__ = ["TuneDialog", "winner_lanes", "command_line"]
+
+_PROGRESS = re.compile(r"^tune \[\s*(\d+)%\] (.*)$")
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def command_line(target: str, drafts: list[str], kinds: list[str], suite: str, minutes: float, max_new_tokens: int,
+                 json_path: str) -> list[str]:
+    """The `python -m app tune` arguments the dialog runs (after the interpreter)."""
+    args = ["-m", "app", "tune", "--target", target, "--kinds", ",".join(kinds), "--suite", suite, "--minutes", f"{minutes:g}",
+            "--max-new-tokens", str(max_new_tokens), "--json", json_path]
+    for d in drafts:
+        args += ["--draft", d]
+    return args
+
+
+def winner_lanes(doc: dict, most: int = 4) -> list[str]:
+    """The lanes a finder report suggests: the baseline, the overall winner, then each category's winner (distinct,
+    at most `most` lanes in all)."""
+    out = ["baseline"]
+    if doc.get("winner"):
+        out.append(doc["winner"]["setup"])
+    for x in doc.get("winners_by_category", {}).values():
+        out.append(x["setup"])
+    return list(dict.fromkeys(out))[:most]
+
+
+def _num(x, fmt: str = "{:.2f}") -> str:
+    return fmt.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else "–"
+
+
+class TuneDialog(QDialog):
+    """The finder's dialog. `target`: the window's target engine; `drafts`: engines offered as drafts (none ticked:
+    the finder's default choice). Emits `useLanes(list[str])` on "Use as lanes", `report(dict)` when a report is in."""
+
+    useLanes = Signal(list)
+    report = Signal(dict)
+
+    def __init__(self, target: str, suites: list[str], parent: QWidget | None = None, busy=lambda: False) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Find the fastest setup")
+        self.resize(1100, 640)
+        self.target = target
+        self.busy = busy  # the window is running lanes: measuring now would share the CPU with them
+        self.proc: QProcess | None = None
+        self.doc: dict | None = None
+        self.stopped = False
+        self._json = str(Path(tempfile.mkdtemp(prefix="specdeck-tune-")) / "tune.json")
+        self.output: list[str] = []
+
+        form = QFormLayout()
+        form.addRow("Target", QLabel(target))
+        self.drafts_edit = QLineEdit()
+        self.drafts_edit.setPlaceholderText("default: the engines sharing the target's tokenizer, smaller than it")
+        self.drafts_edit.setToolTip("draft engines to try, comma-separated (each at int8 and its own precision on a CPU)")
+        form.addRow("Drafts", self.drafts_edit)
+        kinds = QHBoxLayout()
+        self.kind_checks: dict[str, QCheckBox] = {}
+        for k, on, tip in (("draft", True, "draft models: k × stop × cstop"), ("ngram", True, "prompt lookup: k"),
+                           ("tree", False, "not priced by the finder yet: try tree: lanes by hand"),
+                           ("redrafter", False, "not priced by the finder yet: try redrafter: lanes by hand")):
+            cb = QCheckBox(k)
+            cb.setChecked(on)
+            cb.setToolTip(tip)
+            self.kind_checks[k] = cb
+            kinds.addWidget(cb)
+        kinds.addStretch(1)
+        form.addRow("Kinds", kinds)
+        self.suite_box = QComboBox()
+        self.suite_box.addItems(suites)
+        if "specbench" in suites:
+            self.suite_box.setCurrentText("specbench")
+        form.addRow("Prompts (suite)", self.suite_box)
+        self.minutes_spin = QDoubleSpinBox()
+        self.minutes_spin.setRange(0.5, 240.0)
+        self.minutes_spin.setValue(15.0)
+        self.minutes_spin.setSuffix(" min")
+        self.minutes_spin.setToolTip("calibration, pricing and confirmation together; what did not fit is said")
+        form.addRow("Time budget", self.minutes_spin)
+        self.tokens_spin = QSpinBox()
+        self.tokens_spin.setRange(8, 1024)
+        self.tokens_spin.setValue(64)
+        form.addRow("Tokens per prompt", self.tokens_spin)
+
+        self.start_btn = QPushButton("Start")
+        self.start_btn.clicked.connect(self.start)
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setEnabled(False)
+        self.stop_btn.clicked.connect(self.stop)
+        self.use_btn = QPushButton("Use as lanes")
+        self.use_btn.setEnabled(False)
+        self.use_btn.setToolTip("the baseline, the winner and each category's winner become the window's lanes")
+        self.use_btn.clicked.connect(self._use)
+        buttons = QHBoxLayout()
+        for b in (self.start_btn, self.stop_btn, self.use_btn):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 100)
+        self.status = QLabel("Calibrates each drafter on the prompts, prices every setup of a grid with this machine's cost "
+                             "profiles, then confirms the best by a real run.")
+        self.status.setWordWrap(True)
+        self.table = QTableWidget(0, 8)
+        self.table.setHorizontalHeaderLabels(["rank", "setup", "predicted", "measured", "meas tok/s", "α", "τ", "why"])
+        self.table.horizontalHeader().setSectionResizeMode(7, QHeaderView.ResizeMode.Stretch)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.summary = QPlainTextEdit()
+        self.summary.setReadOnly(True)
+        self.summary.setMaximumHeight(150)
+
+        lay = QVBoxLayout(self)
+        lay.addLayout(form)
+        lay.addLayout(buttons)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+        lay.addWidget(self.table, 1)
+        lay.addWidget(self.summary)
+
+    # --- running -------------------------------------------------------------------------------------------
+    def arguments(self) -> list[str]:
+        drafts = [d.strip() for d in self.drafts_edit.text().split(",") if d.strip()]
+        kinds = [k for k, cb in self.kind_checks.items() if cb.isChecked()]
+        return command_line(self.target, drafts, kinds, self.suite_box.currentText(), self.minutes_spin.value(), self.tokens_spin.value(),
+                            self._json)
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        if self.busy():
+            self.status.setText("The window is running lanes: stop them first (the finder measures speed, and two runs would share the CPU).")
+            return
+        if not any(cb.isChecked() for cb in self.kind_checks.values()):
+            self.status.setText("Tick at least one kind of drafter.")
+            return
+        Path(self._json).unlink(missing_ok=True)
+        self.doc, self.stopped, self.output = None, False, []
+        self.table.setRowCount(0)
+        self.summary.clear()
+        self.progress.setValue(0)
+        p = QProcess(self)
+        env = QProcessEnvironment.systemEnvironment()
+        env.insert("PYTHONUNBUFFERED", "1")
+        p.setProcessEnvironment(env)
+        p.setWorkingDirectory(str(_ROOT))
+        p.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
+        p.readyReadStandardOutput.connect(self._read)
+        p.finished.connect(self._finished)
+        p.errorOccurred.connect(self._error)
+        self.proc = p
+        self.start_btn.setEnabled(False)
+        self.stop_btn.setEnabled(True)
+        self.use_btn.setEnabled(False)
+        self.status.setText("Starting the finder…")
+        p.start(sys.executable, self.arguments())
+
+    def stop(self) -> None:
+        """Ask the finder to stop: it reports what it measured so far (SIGTERM)."""
+        if self.proc is not None and self.proc.state() != QProcess.ProcessState.NotRunning:
+            self.stopped = True
+            self.status.setText("Stopping: the finder reports what it measured so far…")
+            self.proc.terminate()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None
+
+    def _read(self) -> None:
+        if self.proc is None:
+            return
+        text = bytes(self.proc.readAllStandardOutput().data()).decode("utf-8", "replace")
+        for line in text.splitlines():
+            self.output.append(line)
+            m = _PROGRESS.match(line.strip())
+            if m:
+                self.progress.setValue(int(m.group(1)))
+                self.status.setText(m.group(2))
+
+    def _error(self, err) -> None:
+        if err == QProcess.ProcessError.FailedToStart:
+            self.status.setText(f"The finder did not start ({sys.executable} -m app tune).")
+            self._done()
+
+    def _finished(self, code: int, _status=None) -> None:
+        self._read()
+        doc = None
+        try:
+            doc = json.loads(Path(self._json).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        if doc is not None:
+            self.show_report(doc)
+            self.status.setText(("Stopped: " if self.stopped else "") + self._headline(doc))
+            self.progress.setValue(100)
+        else:
+            errors = [x for x in self.output if x.startswith("error")] or self.output[-3:]
+            self.status.setText(("Stopped before anything was measured. " if self.stopped else f"The finder ended (exit {code}) without a report: ")
+                                + " ".join(errors)[:400])
+        self._done()
+
+    def _done(self) -> None:
+        if self.proc is not None:
+            self.proc.deleteLater()
+        self.proc = None
+        self.start_btn.setEnabled(True)
+        self.stop_btn.setEnabled(False)
+
+    # --- the report ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def _headline(doc: dict) -> str:
+        w = doc.get("winner")
+        if not w:
+            return "no setup beat the baseline here."
+        return f"fastest here: {w['setup']} — {w['speedup']:.2f}x the baseline ({w['by']})."
+
+    def show_report(self, doc: dict) -> None:
+        """Fill the table (confirmed setups and the best priced ones, ranked), the summary, and offer the lanes."""
+        self.doc = doc
+        rows = [c for c in doc.get("candidates", []) if c.get("measured")] + [c for c in doc.get("candidates", [])[:12] if not c.get("measured")]
+        rows.sort(key=lambda c: c["rank"])
+        rows += [dict(rank=None, setup=e["setup"], predicted_speedup=None, measured=e["measured"], alpha=e["measured"].get("alpha"),
+                      tau=e["measured"].get("tau"), why="measured only (k=auto adapts each step: not priced)") for e in doc.get("other_measured", [])]
+        self.table.setRowCount(len(rows))
+        for r, c in enumerate(rows):
+            m = c.get("measured") or {}
+            cells = [str(c["rank"]) if c["rank"] else "", c["setup"], _num(c.get("predicted_speedup")) + "x" if c.get("predicted_speedup") else "–",
+                     (_num(m.get("speedup")) + "x") if m.get("speedup") else "–", _num(m.get("tokens_per_s"), "{:.1f}"),
+                     _num(c.get("alpha")), _num(c.get("tau")), c.get("why", "")]
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if col == 7:
+                    item.setToolTip(text)
+                if col in (0, 2, 3, 4, 5, 6):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(r, col, item)
+        self.table.resizeColumnsToContents()
+        lines = [self._headline(doc)]
+        for cat, x in doc.get("winners_by_category", {}).items():
+            ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
+            lines.append(f"{cat or '(none)'}: {x['setup']} (predicted {_num(x.get('predicted_speedup'))}x{ms})")
+        lines += [f"break-even: {t}" for t in doc.get("break_even_text", [])]
+        if doc.get("not_tried"):
+            lines.append("not tried: " + "; ".join(doc["not_tried"]))
+        self.summary.setPlainText("\n".join(lines))
+        self.use_btn.setEnabled(len(winner_lanes(doc)) > 1)
+        self.report.emit(doc)
+
+    def _use(self) -> None:
+        if self.doc is not None:
+            self.useLanes.emit(winner_lanes(self.doc))
+
+    def closeEvent(self, e) -> None:  # noqa: N802 - Qt's name
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.waitForFinished(5000)
+            self._done()
+        super().closeEvent(e)

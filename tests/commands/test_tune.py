@@ -1,0 +1,52 @@
+"""`python -m app tune`, the setup finder, end to end on the tiny models (a real worker, real lanes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from app.core.setups import parse_setup
+
+
+def test_tune_calibrates_prices_confirms_and_explains(tune_report):
+    doc, out, _ = tune_report
+    assert doc["prompts"]["calibrated"] == ["code-1", "edit-1", "qa-1"]  # categories in turn
+    assert doc["prompts"]["confirmed"] == doc["prompts"]["calibrated"]
+    cands = doc["candidates"]
+    assert doc["priced"] == len(cands) > 10
+    preds = [c["predicted_speedup"] for c in cands]
+    assert preds == sorted(preds, reverse=True) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
+    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram"}
+    assert any("dtype=int8" in c["setup"] for c in cands) and any("dtype" not in c["setup"] and c["setup"].startswith("draft") for c in cands)
+    for c in cands:
+        assert parse_setup(c["setup"]).label == c["setup"] and c["why"]
+    measured = [c for c in cands if c["measured"]]
+    assert len(measured) >= 3  # the best three were run for real, beside the baseline
+    for c in measured:
+        m = c["measured"]
+        assert m["speedup"] > 0 and m["tokens_per_s"] > 0 and m["runs"] == 3 and m["identical_runs"] == 3  # greedy: same tokens
+        assert set(m["by_category"]) == {"coding", "editing", "qa"}
+    auto = [e for e in doc["other_measured"] if ",k=auto" in e["setup"]]
+    assert auto and auto[0]["measured"]["speedup"] > 0
+    assert doc["winner"]["by"] == "measured" and doc["winner"]["speedup"] == max(
+        [c["measured"]["speedup"] for c in measured] + [e["measured"]["speedup"] for e in doc["other_measured"]])
+    assert set(doc["winners_by_category"]) == {"coding", "editing", "qa"}
+    assert doc["break_even_text"] and all("beat" in t or "V(" in t for t in doc["break_even_text"])
+    assert any(t.startswith("tree:") for t in doc["not_tried"])  # asked for, not priced: said
+    assert len(doc["verify_curve"]) == 33 and doc["verify_curve"][0] == 1.0
+    # the table and the progress lines
+    assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
+    assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "app", "tune", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_tune_says_what_is_wrong_with_its_input():
+    r = run("--target", "smollm2-135m-instruct", "--kinds", "draft,medusa")
+    assert r.returncode == 2 and "unknown drafter kind medusa" in r.stderr and "draft, ngram, tree, redrafter" in r.stderr
+    r = run("--target", "smollm2-135m-instruct", "--kinds", "draft")
+    assert r.returncode == 2 and "no draft model for smollm2-135m-instruct" in r.stderr and "--draft ENGINE" in r.stderr
+    r = run("--target", "no-such-engine")
+    assert r.returncode == 2 and "no-such-engine" in r.stderr

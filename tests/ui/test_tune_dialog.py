@@ -1,0 +1,57 @@
+"""Run ▸ Find the fastest setup: the finder's dialog runs `python -m app tune` as a process, shows its report,
+and turns the winners into lanes."""
+
+from __future__ import annotations
+
+import shutil
+
+from app.ui.tune_dialog import TuneDialog, command_line, winner_lanes
+
+
+def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_window, tune_report):
+    doc, _, path = tune_report
+    w = fake_window()
+    d = w.find_fastest_setup()
+    qtbot.waitExposed(d)
+    assert d.target == "tiny-target" and w.find_fastest_setup() is d  # one dialog per target
+    assert "--target" in d.arguments() and d.arguments()[d.arguments().index("--kinds") + 1] == "draft,ngram"
+    # the report as the finished finder leaves it: read from its --json file
+    shutil.copy(path, d._json)
+    d._finished(0)
+    rows = [d.table.item(r, 1).text() for r in range(d.table.rowCount())]
+    assert doc["winner"]["setup"] in rows and any(",k=auto" in s for s in rows)
+    assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
+    assert "break-even:" in d.summary.toPlainText() and "not tried: tree:" in d.summary.toPlainText()
+    assert w.costs.break_even.isVisibleTo(w.costs) and "to beat" in w.costs.break_even.text()
+    assert d.use_btn.isEnabled()
+    d.use_btn.click()
+    assert w.setups() == winner_lanes(doc) and w.setups()[0] == "baseline" and doc["winner"]["setup"] in w.setups()
+    d.close()
+
+
+def test_stop_ends_the_finder_and_says_so(qtbot, tiny_pair):
+    """A real finder process, stopped while it loads: it ends (no hang) and the dialog says nothing was measured."""
+    t, dr = (str(p) for p in tiny_pair)
+    d = TuneDialog(t, ["quick"])
+    qtbot.addWidget(d)
+    d.drafts_edit.setText(dr)
+    d.suite_box.setCurrentText("quick")
+    d.start()
+    assert d.running and not d.start_btn.isEnabled() and d.stop_btn.isEnabled()
+    qtbot.waitUntil(lambda: any(x.startswith("tune [") for x in d.output), timeout=120_000)
+    assert d.progress.value() >= 0 and d.status.text()
+    d.stop()
+    qtbot.waitUntil(lambda: not d.running, timeout=120_000)
+    assert d.start_btn.isEnabled() and not d.stop_btn.isEnabled()
+    assert d.stopped and d.status.text().startswith("Stopped")
+
+
+def test_command_line_and_the_busy_window(qtbot):
+    d = TuneDialog("t", ["quick"], busy=lambda: True)
+    qtbot.addWidget(d)
+    d.start()
+    assert not d.running and "stop them first" in d.status.text()
+    args = command_line("t", ["a", "b"], ["draft"], "quick", 2.5, 32, "/x.json")
+    assert args[:3] == ["-m", "app", "tune"] and args.count("--draft") == 2 and "2.5" in args and "/x.json" in args
+    assert winner_lanes({"winner": {"setup": "ngram:k=4"}, "winners_by_category": {"a": {"setup": "ngram:k=4"}, "b": {"setup": "x"}}}) == [
+        "baseline", "ngram:k=4", "x"]
