@@ -168,7 +168,7 @@ def tune_report(tiny_pair, tmp_path_factory) -> tuple[dict, str, Path]:
 
     t, d = (str(p) for p in tiny_pair)
     out = tmp_path_factory.mktemp("tune") / "tune.json"
-    r = subprocess.run([sys.executable, "-m", "app", "tune", "--target", t, "--draft", d, "--kinds", "draft,ngram,tree", "--suite", "quick",
-                        "--minutes", "6", "--max-new-tokens", "16", "--no-chat", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "app", "tune", "--target", t, "--draft", d, "--kinds", "draft,ngram,tree", "--dtypes", "int8",
+                        "--suite", "quick", "--minutes", "6", "--max-new-tokens", "12", "--no-chat", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(out.read_text()), r.stdout + r.stderr, out

@@ -130,7 +130,7 @@ def order_prompts(prompts: list) -> list:
     by: dict[str, list] = {}
     for p in prompts:
         by.setdefault(p.category or "", []).append(p)
-    out = []
+    out: list = []
     for i in range(max((len(v) for v in by.values()), default=0)):
         out.extend(v[i] for v in by.values() if i < len(v))
     return out
