@@ -1,6 +1,6 @@
 """`python -m app tune`: which decoding setup is fastest here — a setup finder.
 
-1. **Calibration** (about half the time budget): the baseline and one calibration lane per drafter (a draft model at
+1. **Calibration** (about half of the time budget left after loading): the baseline and one calibration lane per drafter (a draft model at
    each precision tried, n-gram lookup) run interleaved, prompt by prompt, categories in turn. Each calibration lane
    drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every step's draft confidences and the target's
    verdict (app.core.tuning).
@@ -257,7 +257,10 @@ class Finder:
         from app.worker.plan import RunResults
 
         self.calibration = Phase(self._cal_plan, RunResults(self._cal_plan))
-        self.run_phase(self.calibration, "calibration", self.budget_s * CALIBRATION_SHARE)
+        # the share is of the time left after loading: measuring missing cost profiles (once per machine) must not
+        # leave the calibration without prompts
+        loaded = self.elapsed()
+        self.run_phase(self.calibration, "calibration", loaded + max(0.0, self.budget_s - loaded) * CALIBRATION_SHARE)
 
     def records(self) -> list:
         """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
@@ -369,9 +372,9 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     def label(s: str) -> str:
         return parse_setup(s).label
 
-    best_pred = ranked[0].speedup() if ranked else 1.0
+    # the winner's speedup: the best measured where a real run confirmed setups (the real run decides), else predicted
     measured_best = max((m["speedup"] for s, m in confirmed.items() if s != "baseline" and m.get("speedup")), default=None)
-    best = max(best_pred, measured_best or 0.0)
+    best = measured_best if measured_best is not None else (ranked[0].speedup() if ranked else 1.0)
     cands = []
     for i, p in enumerate(ranked):
         m = confirmed.get(label(p.candidate.setup))

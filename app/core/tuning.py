@@ -422,6 +422,6 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
         tail = (f"needs α > {need[0]:.2f} (at k={need[1]}) to pay" if need else "cannot pay even if every draft were accepted")
         return f"loses: {parts}; {alpha}: {tail}"
     if s >= best - 1e-9:
-        return f"wins: {parts}; {alpha}"
+        return f"wins: {parts}; {alpha}" if measured is not None else f"predicted as fast as the winner (not confirmed): {parts}; {alpha}"
     return f"{s / best:.2f}x the winner: {parts}; {alpha}"
 
