@@ -19,7 +19,7 @@ from app.core.errors import SetupError, WorkerDiedError
 from app.core.report import check_writable, write_json
 from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
 
-__all__ = ["add_parser", "run", "plan_of", "error_lines"]
+__all__ = ["add_parser", "run", "plan_of", "prompts_of", "error_lines"]
 
 
 def add_parser(sub) -> None:
@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
     b.set_defaults(func=run)
 
 
-def _prompts(args):
+def prompts_of(args):
+    """The prompts of exactly one of --prompt, --prompts or --suite (shared with `tune`)."""
     from app.core.prompts import Prompt, load_jsonl, load_suite
 
     given = sum(bool(x) for x in (args.prompt, args.prompts, args.suite))
@@ -88,7 +89,7 @@ def plan_of(args):
         if t is not None and f"baseline@{t}" not in labels and f"baseline@{t}" not in with_bases:
             with_bases.append(f"baseline@{t}")
         with_bases.append(s)
-    return RunPlan(args.target, tuple(with_bases), tuple(_prompts(args)), sampling, mode=args.mode, chat=not args.no_chat,
+    return RunPlan(args.target, tuple(with_bases), tuple(prompts_of(args)), sampling, mode=args.mode, chat=not args.no_chat,
                    repeats=args.repeats, device=args.device, dtype=args.dtype, warmup_tokens=max(0, args.warmup), run_id="bench",
                    reference=args.reference)
 

@@ -109,14 +109,13 @@ def drafters(target_manifest, drafts: list[str], kinds: tuple[str, ...], dtypes:
     return list(dict.fromkeys(out))
 
 
-def calibration_setup(drafter: str, model: bool, target: str | None = None) -> str:
+def calibration_setup(drafter: str, model: bool) -> str:
     """The setup string of a drafter's calibration lane (long proposals, a low cumulative stop)."""
     from app.core.tuning import CAL_CSTOP, CAL_K
 
     head, _, rest = drafter.partition(",")
     tail = f",{rest}" if rest else ""
-    s = f"{head},k={CAL_K},cstop={CAL_CSTOP}{tail}" if model else f"{head},k={CAL_K}{tail}"
-    return s + (f"@{target}" if target else "")
+    return f"{head},k={CAL_K},cstop={CAL_CSTOP}{tail}" if model else f"{head},k={CAL_K}{tail}"
 
 
 def auto_setup(drafter: str) -> str:
@@ -137,10 +136,6 @@ def order_prompts(prompts: list) -> list:
 
 
 # --- the finder ------------------------------------------------------------------------------------------------
-class _Stop(Exception):
-    pass
-
-
 @dataclass
 class Phase:
     """One phase's lanes, run prompt by prompt on one worker: its plan, what came back, and how far it got."""
@@ -156,8 +151,8 @@ class Finder:
     """Runs the finder's phases on one worker (engines loaded once) and keeps everything measured."""
 
     def __init__(self, args, quiet: bool) -> None:
+        from app.commands.bench import prompts_of
         from app.commands.worker_run import WorkerRun
-        from app.core.prompts import load_jsonl, load_suite
         from app.core.setups import Sampling
         from app.engines.registry import resolve
 
@@ -166,18 +161,9 @@ class Finder:
         self.budget_s = max(0.5, float(args.minutes)) * 60.0
         self.target = resolve(args.target)
         self.kinds = _kinds(args.kinds)
-        given = sum(bool(x) for x in (args.prompt, args.prompts, args.suite))
-        if given > 1:
-            raise SetupError("give at most one of --prompt, --prompts or --suite", fix="e.g. --suite specbench")
-        if args.prompt:
-            from app.core.prompts import Prompt
-
-            prompts = [Prompt(f"p{i}", t) for i, t in enumerate(args.prompt)]
-        elif args.prompts:
-            prompts = load_jsonl(args.prompts)
-        else:
-            prompts = load_suite(args.suite or "specbench")
-        self.prompts = order_prompts(prompts)
+        if not (args.prompt or args.prompts or args.suite):
+            args.suite = "specbench"
+        self.prompts = order_prompts(prompts_of(args))
         drafts = args.draft if args.draft else (default_drafts(self.target) if "draft" in self.kinds else [])
         self.drafters = drafters(self.target, drafts, self.kinds, args.dtypes)
         if not self.drafters:
@@ -335,28 +321,16 @@ class Finder:
 
 # --- the report --------------------------------------------------------------------------------------------
 def _measured(confirm: Phase | None) -> dict[str, dict]:
-    """setup → measured speedup, tokens/s, α, τ overall and speedup by category (pooled like the bench)."""
-    if confirm is None:
+    """setup → measured speedup, tokens/s, α, τ overall and speedup by category (the bench report's figures)."""
+    if confirm is None or not confirm.results.completed():
         return {}
-    from app.core.metrics import summarize
+    from app.core.report import category_speedups
 
-    runs = confirm.results.completed()
-    cats = {p.id: p.category for p in confirm.plan.prompts}
-    out: dict[str, dict] = {}
-    for s in summarize(runs):
-        rs = [r for r in runs if r.setup == s.setup]
-        base = {r.prompt_id: r for r in runs if r.setup == "baseline"}
-        by: dict[str, list[float]] = {}
-        for r in rs:
-            b = base.get(r.prompt_id)
-            if b is not None:
-                acc = by.setdefault(cats.get(r.prompt_id, ""), [0.0, 0.0])
-                acc[0] += b.wall_s
-                acc[1] += r.wall_s
-        out[s.setup] = dict(speedup=s.speedup, tokens_per_s=s.tokens_per_s, alpha=s.acceptance_rate, tau=s.mean_accepted_len,
-                            identical_runs=s.identical_runs, runs=s.runs,
-                            by_category={c: a / b for c, (a, b) in by.items() if b > 0})
-    return out
+    doc = confirm.results.report("", "")
+    by = category_speedups(doc)
+    return {s["setup"]: dict(speedup=s["speedup"], tokens_per_s=s["tokens_per_s"], alpha=s["acceptance_rate"], tau=s["mean_accepted_len"],
+                             identical_runs=s["identical_runs"], runs=s["runs"], by_category=by.get(s["setup"], {}))
+            for s in doc["summary"]}
 
 
 def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dict]) -> dict:

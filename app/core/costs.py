@@ -34,6 +34,7 @@ __all__ = [
     "PROFILE_NS",
     "CostProfile",
     "LaneCosts",
+    "verify_at",
     "machine_summary",
     "machine_key",
     "profiles_dir",
@@ -191,11 +192,17 @@ class LaneCosts:
     profiles: tuple[str, ...] = field(default=())
 
     def v(self, n: int) -> float:
-        vs = self.verify
-        if n <= len(vs):
-            return vs[max(1, n) - 1]
-        slope = vs[-1] - vs[-2] if len(vs) > 1 else 0.0
-        return vs[-1] + max(0.0, slope) * (n - len(vs))
+        return verify_at(self.verify, n)
+
+
+def verify_at(vs: Sequence[float], n: int) -> float:
+    """V(n) from V(1) … V(N): the listed value, or past N the last segment extended (never decreasing)."""
+    if not vs:
+        return 1.0
+    if n <= len(vs):
+        return vs[max(1, n) - 1]
+    slope = vs[-1] - vs[-2] if len(vs) > 1 else 0.0
+    return vs[-1] + max(0.0, slope) * (n - len(vs))
 
 
 def profiles_dir() -> Path:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from app.core.errors import SetupError, SpecDeckError
 from app.core.metrics import LaneStats, baseline_of, first_divergence, is_baseline, setup_target, summarize
 
-__all__ = ["attach_baseline", "build_report", "RUN_KEYS", "check_writable", "write_json"]
+__all__ = ["attach_baseline", "build_report", "category_speedups", "RUN_KEYS", "check_writable", "write_json"]
 
 RUN_KEYS = (
     "setup",
@@ -56,6 +56,25 @@ def attach_baseline(runs: Sequence[LaneStats], reference: str | None = None,
             else:
                 r = replace(r, reference_comparable=False)
         out.append(r)
+    return out
+
+
+def category_speedups(doc: dict) -> dict[str, dict[str, float]]:
+    """setup → prompt category → Σ baseline wall / Σ setup wall over the report's runs of that category, each setup
+    against the baseline of its own target (categories where either has no run are left out)."""
+    cats = doc.get("categories") or {}
+    walls: dict[tuple[str, str], float] = {}
+    for r in doc["runs"]:
+        c = cats.get(r["prompt_id"])
+        if c is not None:
+            walls[(r["setup"], c)] = walls.get((r["setup"], c), 0.0) + r["wall_s"]
+    out: dict[str, dict[str, float]] = {}
+    for s in doc["summary"]:
+        row = out.setdefault(s["setup"], {})
+        for c in dict.fromkeys(cats.values()):
+            b, w = walls.get((baseline_of(s["setup"]), c)), walls.get((s["setup"], c))
+            if b and w:
+                row[c] = b / w
     return out
 
 

@@ -126,24 +126,13 @@ def render_summary(doc: dict) -> str:
 def render_categories(doc: dict) -> str:
     """Speedup per prompt category (Spec-Bench style), when the prompts have categories; each setup against the
     baseline of its own target, as in the main table."""
-    from app.core.metrics import baseline_of
+    from app.core.report import category_speedups
 
-    cats = doc.get("categories") or {}
-    names = list(dict.fromkeys(cats.values()))
+    names = list(dict.fromkeys((doc.get("categories") or {}).values()))
     if len(names) < 2:
         return ""
-    walls: dict[tuple[str, str], float] = {}
-    for r in doc["runs"]:
-        c = cats.get(r["prompt_id"])
-        if c is not None:
-            walls[(r["setup"], c)] = walls.get((r["setup"], c), 0.0) + r["wall_s"]
-    rows = []
-    for s in doc["summary"]:
-        row = [s["setup"]]
-        for c in names:
-            b, w = walls.get((baseline_of(s["setup"]), c)), walls.get((s["setup"], c))
-            row.append(f"{b / w:.2f}x" if b and w else "–")
-        rows.append(row)
+    by = category_speedups(doc)
+    rows = [[s["setup"], *(f"{by[s['setup']][c]:.2f}x" if c in by[s["setup"]] else "–" for c in names)] for s in doc["summary"]]
     return format_table(["setup", *names], rows)
 
 

@@ -35,6 +35,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from app.core.costs import verify_at
+
 __all__ = [
     "CAL_K",
     "CAL_CSTOP",
@@ -72,35 +74,21 @@ class StepPrice:
     Attributes:
         verify: V(1) … V(N) of the target (V(1) = 1); past N the last segment is extended.
         c: one draft forward (one token) over T(1); 0 for lookup drafters.
-        c2: a draft forward over two tokens (the draft catching up after a step that kept all its drafts) over T(1);
-            None: c.
         o: this setup's per-step time outside the forwards, over T(1).
         o_base: the baseline's per-step time outside its forward, over T(1).
     """
 
     verify: tuple[float, ...]
     c: float = 0.0
-    c2: float | None = None
     o: float = 0.0
     o_base: float = 0.0
 
-    def v(self, n: int | float) -> float:
-        vs = self.verify
-        if n <= 1 or not vs:
-            return 1.0
-        if n <= len(vs):
-            lo = int(math.floor(n))
-            f = n - lo
-            return vs[lo - 1] + (f * (vs[lo] - vs[lo - 1]) if f and lo < len(vs) else 0.0)
-        slope = vs[-1] - vs[-2] if len(vs) > 1 else 0.0
-        return vs[-1] + max(0.0, slope) * (n - len(vs))
+    def v(self, n: int) -> float:
+        return verify_at(self.verify, n)
 
-    def units(self, drafted: float, forwards: float | None = None, catch_up: float = 0.0) -> float:
-        """One step that verifies `drafted` drafts made in `forwards` draft forwards (default: one per draft);
-        `catch_up`: the probability that its first forward feeds two tokens."""
-        fw = drafted if forwards is None else forwards
-        extra = catch_up * ((self.c2 if self.c2 is not None else self.c) - self.c) if fw else 0.0
-        return self.v(drafted + 1) + fw * self.c + extra + self.o
+    def units(self, drafted: int, forwards: int | None = None) -> float:
+        """One step that verifies `drafted` drafts made in `forwards` draft forwards (default: one per draft)."""
+        return self.v(drafted + 1) + (drafted if forwards is None else forwards) * self.c + self.o
 
     @property
     def base_units(self) -> float:
@@ -253,7 +241,7 @@ class Priced:
         return {c: self.speedup(ids) for c, ids in cats.items()}
 
 
-def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float], c2_over_c: float = 1.0) -> Priced | None:
+def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float]) -> Priced | None:
     """Predict a candidate's wall per prompt from its drafter's calibration lanes (None: no lane for it).
 
     c and o come from the calibration lanes (measured draft forward and per-step overhead, over the baseline's decode
@@ -271,7 +259,7 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
             continue
         t1 = pc.base_step_s
         c = lane.draft_s_per_forward / t1
-        price = StepPrice(tuple(verify), c=c, c2=c * c2_over_c, o=lane.overhead_s / t1, o_base=pc.base_overhead_s / t1)
+        price = StepPrice(tuple(verify), c=c, o=lane.overhead_s / t1, o_base=pc.base_overhead_s / t1)
         cs.append(c)
         os_.append(price.o)
         tail = _tail_alpha(lane.steps)
@@ -284,9 +272,8 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
                 if a == d:
                     extra_acc = sum(tail ** j for j in range(1, more + 1))
                 d += more
-            bonus = 1.0 if a >= d else 0.0
             tok += a + extra_acc + 1
-            units += price.units(d, d if lane.draft_s_per_forward > 0 else 0, catch_up=bonus)
+            units += price.units(d, d if lane.draft_s_per_forward > 0 else 0)
             tot_acc += a + extra_acc
             tot_dr += d
         n_steps = len(lane.steps)

@@ -102,15 +102,9 @@ def main() -> int:
 
 
 def _by_category(bench: dict, setup: str) -> dict[str, float]:
-    cats = bench.get("categories", {})
-    base = {(r["prompt_id"], r["repeat"]): r for r in bench["runs"] if r["setup"] == "baseline"}
-    acc: dict[str, list[float]] = {}
-    for r in bench["runs"]:
-        if r["setup"] == setup and (r["prompt_id"], r["repeat"]) in base:
-            a = acc.setdefault(cats.get(r["prompt_id"], ""), [0.0, 0.0])
-            a[0] += base[(r["prompt_id"], r["repeat"])]["wall_s"]
-            a[1] += r["wall_s"]
-    return {c: x / y for c, (x, y) in acc.items() if y > 0}
+    from app.core.report import category_speedups
+
+    return category_speedups(bench).get(setup, {})
 
 
 def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | None, pick: str | None) -> dict:

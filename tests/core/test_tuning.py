@@ -53,7 +53,7 @@ def test_a_candidate_is_priced_step_by_step_from_the_record():
     cand = Candidate("draft:d", "draft:d,k=2", 2)
     out = price_candidate(cand, [p], FLAT)
     c = 0.02 / 0.1
-    units = 2 * (FLAT[2] + 2 * c)  # V(3) + 2c each step (a bonus step's catch-up costs c here: c2 = c)
+    units = 2 * (FLAT[2] + 2 * c)  # V(3) + 2c each step
     expect = 1.0 + 20 * (units / 5) * 0.1
     assert out.pred_wall_s["p"] == pytest.approx(expect)
     assert out.speedup() == pytest.approx(p.base_wall_s / expect)
