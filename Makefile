@@ -13,6 +13,9 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
+# tests run two at a time (pytest-xdist; most of a test's time is a worker process importing torch on one core);
+# PYTEST_WORKERS=0 runs them in this process, one after another
+PYTEST_WORKERS ?= 2
 PHASE := resources/setup/phase
 # one record of phase times per make invocation (sub-makes inherit it), printed by `phase summary`
 export SPECDECK_PHASES ?= $(CURDIR)/.cache/setup/phases-$(shell date +%s%N).tsv
@@ -54,13 +57,13 @@ test:
 	@$(MAKE) --no-print-directory -j4 setup-test
 	@$(PHASE) summary
 	QT_QPA_PLATFORM=offscreen SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) SPECDECK_VLLM_PYTHON=$(abspath $(VLLM_PY)) \
-	  SPECDECK_FOREIGN_PYTHON=$(abspath $(FOREIGN_PY)) $(BIN)/pytest $(PYTEST_ARGS)
+	  SPECDECK_FOREIGN_PYTHON=$(abspath $(FOREIGN_PY)) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The tiny random models still use SmolLM2's tokenizer (read from its GGUF, no weights converted), hence models-test.
 test-fast:
 	@$(MAKE) --no-print-directory -j4 setup-test-fast
 	@$(PHASE) summary
-	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 setup-run: deps models-qwen deb-gui convert-qwen
 setup-test: deps models-test deb-test llama-server vllm-env foreign-env

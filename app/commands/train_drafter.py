@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
     t.add_argument("--vocab", type=int, default=16384, help="rows of the head's output layer (the most frequent target tokens)")
     t.add_argument("--depth", type=int, default=4, help="tokens ahead the head is trained to draft")
     t.add_argument("--data-share", type=float, default=0.5, help="the most of a fresh run's budget spent gathering data (0.1–0.9)")
+    t.add_argument("--min-steps", type=int, default=0, help="train at least this many steps in this run, past --minutes if the "
+                   "machine is slow (default 0: the budget alone)")
     t.add_argument("--fresh", action="store_true", help="discard the data and checkpoint of an earlier run")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -44,6 +46,8 @@ def _check_args(args, target_backend_hidden: bool) -> None:
         raise SetupError(f"--data-share must be in [0.1, 0.9], got {args.data_share}", fix="e.g. --data-share 0.5")
     if not 16 <= args.vocab <= 1 << 20:
         raise SetupError(f"--vocab must be in [16, 1048576] (rows of the head's output layer), got {args.vocab}", fix="e.g. --vocab 16384")
+    if args.min_steps < 0:
+        raise SetupError(f"--min-steps must be >= 0, got {args.min_steps}", fix="e.g. --min-steps 200, or leave it out")
     if not 1 <= args.depth <= 16:
         raise SetupError(f"--depth must be in [1, 16] (tokens ahead the head drafts), got {args.depth}", fix="e.g. --depth 4")
 
@@ -78,7 +82,8 @@ def run(args) -> int:
     engine = open_engine(m)
     t0 = time.monotonic()
     try:
-        s = train(engine, name, args.minutes, args.corpus, args.vocab, args.depth, args.data_share, args.fresh, args.seed, args.quiet)
+        s = train(engine, name, args.minutes, args.corpus, args.vocab, args.depth, args.data_share, args.fresh, args.seed, args.quiet,
+                  min_steps=args.min_steps)
     except KeyboardInterrupt:
         print(f"interrupted: what was gathered and trained so far is kept in {folder}; run the same command again to continue",
               file=sys.stderr)

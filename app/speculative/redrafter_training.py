@@ -311,15 +311,28 @@ class _Gatherer:
                 part, todo = todo[:GEN_BATCH], todo[GEN_BATCH:]
                 self.generate(part, False, deadline)
                 continue
-            while len(windows) < BATCH and files:
-                f = files.pop(0)
-                ids = self.engine.tokenizer(_read(f), add_special_tokens=False)["input_ids"][: WINDOW * 8]
-                windows += [ids[j : j + WINDOW] for j in range(0, len(ids) - WINDOW + 1, WINDOW)]
-                self.done.add(f"file:{f}")
-            if len(windows) >= BATCH:
-                self.add(_features(self.engine, windows[:BATCH]), False)
-                del windows[:BATCH]
-                self.progress()
+            self._windows(files, windows)
+        if self.state["positions"] == self.state["heldout"] and not self._windows(files, windows) and windows:
+            # the budget ran out before any training data (a loaded machine): one batch of corpus windows (a single
+            # forward) past the deadline, rather than a run that trains on nothing
+            self.add(_features(self.engine, windows[:BATCH]), False)
+            del windows[:BATCH]
+            self.progress()
+
+    def _windows(self, files: list[str], windows: list[list[int]]) -> bool:
+        """Cut corpus files into windows until a batch is ready; turn a full batch into features. True: features were
+        added."""
+        while len(windows) < BATCH and files:
+            f = files.pop(0)
+            ids = self.engine.tokenizer(_read(f), add_special_tokens=False)["input_ids"][: WINDOW * 8]
+            windows += [ids[j : j + WINDOW] for j in range(0, len(ids) - WINDOW + 1, WINDOW)]
+            self.done.add(f"file:{f}")
+        if len(windows) < BATCH:
+            return False
+        self.add(_features(self.engine, windows[:BATCH]), False)
+        del windows[:BATCH]
+        self.progress()
+        return True
 
 
 def load_features(work: Path) -> tuple[list[dict], list[dict]]:
@@ -418,7 +431,7 @@ def evaluate(head, embed: torch.Tensor, held: list[dict], depth: int, beams: int
 
 
 def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, depth: int, data_share: float, fresh: bool,
-          seed: int, quiet: bool) -> dict:
+          seed: int, quiet: bool, min_steps: int = 0) -> dict:
     """Gather data and train within `minutes`; save the head. Returns the head's training summary.
 
     An interrupt (Ctrl-C) while gathering keeps the data gathered; while training, the head and its checkpoint are
@@ -444,7 +457,7 @@ def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, dept
     t = _Trainer(engine, name, folder, ckpt, vocab, depth, corpus, say)
     if not t.train_data:
         raise SetupError(f"no training data was gathered for {name} in {minutes:g} minutes", fix="give more --minutes")
-    return t.run(t_start + budget, seed)
+    return t.run(t_start + budget, seed, min_steps)
 
 
 class _Trainer:
@@ -482,8 +495,9 @@ class _Trainer:
         self.n_pos = sum(len(d["ids"]) for d in self.train_data)
         self.t_run = time.monotonic()
 
-    def run(self, deadline: float, seed: int) -> dict:
-        """Train until the deadline, saving every minute (and on an interrupt); returns the final summary."""
+    def run(self, deadline: float, seed: int, min_steps: int = 0) -> dict:
+        """Train until the deadline — and at least until this run made `min_steps` steps (a busy machine still gets
+        that much training) — saving every minute (and on an interrupt); returns the final summary."""
         head = self.head
         ex = _examples(self.train_data, self.depth)
         rng = random.Random(seed + self.step)
@@ -494,7 +508,8 @@ class _Trainer:
         ema = None
         head.train()
         try:
-            while time.monotonic() < deadline:
+            until_step = self.step + max(0, min_steps)
+            while time.monotonic() < deadline or self.step < until_step:
                 frac = (time.monotonic() - self.t_run) / run_s
                 for grp in self.opt.param_groups:  # warm up, then decay to a tenth over this run's budget
                     grp["lr"] = 1e-3 * min(1.0, (self.step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))

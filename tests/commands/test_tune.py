@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from app.core.setups import parse_setup
 
 
+@pytest.mark.xdist_group("tune_report")  # one xdist worker computes the session fixture for both
 def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     doc, out, _ = tune_report
     assert doc["prompts"]["calibrated"] == ["code-1", "edit-1", "qa-1"]  # categories in turn

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from app.ui.tune_dialog import TuneDialog, command_line, winner_lanes
 
 
+@pytest.mark.xdist_group("tune_report")  # one xdist worker computes the session fixture for both
 def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_window, tune_report):
     doc, _, path = tune_report
     w = fake_window()
