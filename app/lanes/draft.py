@@ -46,11 +46,14 @@ def build(setup: DraftModel, env):
 
     target = env.target()
     draft = env.draft(setup.engine, setup.dtype)
-    auto = None
+    auto = memory = None
     if setup.k == "auto":
-        auto = AutoK(env.profile(target), draft=env.profile(draft))
+        tp, dp = env.profile(target), env.profile(draft)
+        auto = AutoK(tp, draft=dp)
+        # what k=auto learns of this pair carries over to its next lane (the next prompt) in this worker
+        memory = (tp.key, dp.key if dp is not None else draft.name)
     k = setup.k if isinstance(setup.k, int) else 4
-    return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto),
+    return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto, memory=memory),
                       costs=env.lane_costs(target))
 
 

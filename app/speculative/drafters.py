@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import torch
 
-from app.speculative.policy import AutoK, Calibration, StepTiming
+from app.speculative.policy import AutoK, Calibration, StepTiming, recall, remember
 from app.speculative.verifier import sample, warp
 
 __all__ = ["DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
@@ -195,7 +195,7 @@ class DraftModelDrafter:
     wants_hidden = False
 
     def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0,
-                 auto: AutoK | None = None) -> None:
+                 auto: AutoK | None = None, memory: tuple | None = None) -> None:
         self.engine = engine
         self.k = k
         self.schedule = schedule
@@ -203,7 +203,12 @@ class DraftModelDrafter:
         self.cstop = cstop
         self.auto = auto  # k=auto: the cost-aware policy decides each step (see app.speculative.policy)
         self.calibration = Calibration()
+        # k=auto: start from what the last lane of this (target, draft) pair learnt in this process (policy.recall)
+        self.memory = memory if auto is not None else None
+        if self.memory is not None and (got := recall(self.memory)) is not None:
+            self.auto, self.calibration = got
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
+        self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified
         self._prompt_len = 0
         self.state: Any = None  # the draft's decode state (its KV cache), made by start(): one per lane
         self.seen: list[int] = []  # ids in the draft's cache
@@ -221,23 +226,33 @@ class DraftModelDrafter:
 
     def propose(self, ctx: DraftContext) -> Proposal:
         auto = self.auto
+        first = len(ctx.ids) <= self._prompt_len  # step 0: drafts ride on the prompt's forward
         if auto is not None:
             auto.observe(ctx.last)
             k = min(auto.k_max, ctx.max_k)
-            # step 0 verifies with the prompt forward: k=auto starts drafting in step 1
-            if k <= 0 or len(ctx.ids) <= self._prompt_len:
+            if k <= 0 or (first and not auto.can_ever_pay(k)):
                 return Proposal([])
-        else:
-            k = min(self.k, ctx.max_k)
-            if k <= 0:
-                return Proposal([])
+            with auto.riding_on_the_prompt(first):
+                return self._propose(ctx, k, auto)
+        k = min(self.k, ctx.max_k)
+        if k <= 0:
+            return Proposal([])
+        return self._propose(ctx, k, None)
+
+    def _propose(self, ctx: DraftContext, k: int, auto: AutoK | None) -> Proposal:
         ids = ctx.ids
         # roll back to the common prefix with the real sequence, keep at least one id to feed
         common = 0
         lim = min(len(self.seen), len(ids) - 1)
         while common < lim and self.seen[common] == ids[common]:
             common += 1
-        if auto is not None and not auto.worth_drafting_more([], k, extra=auto.catch_up_units(len(ids) - common)):
+        # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
+        # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
+        # prompt kept k=auto from ever starting)
+        extra = auto.catch_up_units(len(ids) - common) if auto is not None else 0.0
+        if self.state is None:
+            extra /= max(1, ctx.max_k + 1)
+        if auto is not None and not auto.worth_drafting_more([], k, extra=extra):
             p_first = auto.p_next(None)
             auto.skipped()
             if not auto.can_ever_pay(k):
@@ -285,6 +300,7 @@ class DraftModelDrafter:
         if auto is not None:
             keep = auto.best_k(cum)
             why = auto.explain(cum, keep)
+            self._dropped = cum[0] if cum and not keep else None
             drafted, q_drafted, qs = drafted[:keep], q_drafted[:keep], qs[:keep]
             self._scores = list(q_drafted)
         return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why)
@@ -294,7 +310,9 @@ class DraftModelDrafter:
             # positions up to the first rejection were tested by the target; later ones were not
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
                 self.calibration.update(q, i < accepted)
-            self.auto.ended(drafted, accepted, self._scores)
-            self._scores = []
+            self.auto.ended(drafted, accepted, self._scores, self._dropped)
+            self._scores, self._dropped = [], None
+            if self.memory is not None:
+                remember(self.memory, self.auto, self.calibration)
         if self.schedule == "heuristic" and drafted:
             self.k = self.k + 2 if accepted == drafted else max(1, self.k - 1)

@@ -22,18 +22,25 @@ Acceptance is estimated where it is decided, from the target's verdicts:
   after a confident one is likely confident too; an average over all drafts would be dominated by the unconfident
   last drafts where proposals stop, and would make the policy stop drafting where drafting pays.
 
+Each estimate starts from a prior worth PRIOR_WEIGHT verdicts, so that the first few steps of an answer do not swing
+it; and a draft lane starts from what the previous lane of the same (target, draft) pair learnt in this worker
+(:func:`recall`, :func:`remember`) — a 48-token answer has ~10 steps, too few to learn the draft from scratch each time.
+In step 0 drafts ride on the prompt's forward: each costs the verify curve's last slope, not a decode step's V(n).
+
 For n-gram lookup acceptance is estimated per match length and position, also from what was emitted after tokens it
 did not propose (free evidence).
 """
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from app.core.costs import CostProfile
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS"]
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -41,6 +48,8 @@ _EMA = 0.2
 _RATE_DECAY = 0.9
 _RELAX = 0.05  # per skipped step, the first-token estimate after a skip moves this far back toward the optimistic prior
 _OPTIMISTIC = 0.9
+#: pseudo-observations behind each prior: a few verdicts must not swing an estimate (a 48-token answer has ~10 steps)
+PRIOR_WEIGHT = 6.0
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
 
@@ -63,7 +72,7 @@ class Calibration:
 
     BINS = 10
 
-    def __init__(self, weight: float = 2.0) -> None:
+    def __init__(self, weight: float = PRIOR_WEIGHT) -> None:
         self.acc = [weight * (i + 0.5) / self.BINS for i in range(self.BINS)]
         self.n = [weight] * self.BINS
 
@@ -84,21 +93,28 @@ class Calibration:
 class Acceptance:
     """Acceptance estimates from the target's verdicts, for tokens not yet drafted (Beta counts around a prior).
 
-    `first[start]`: P(the first draft of a step is accepted | how the previous step ended, one of STARTS);
+    `first[start]`: P(the first draft of a step is accepted | how the previous step ended, one of STARTS); after a
+    step that drafted nothing ("skip") the estimate over all steps (`pooled`) is used: a skip says nothing about the
+    text, and learning "drafts after a skip fail" from the few probes of a bad stretch kept k=auto skipping for many
+    steps after the text had become easy;
     `after[bin]`: P(a draft is accepted | the draft before it was accepted with confidence in that bin).
     """
 
-    def __init__(self, prior: float = 0.7, weight: float = 2.0) -> None:
+    def __init__(self, prior: float = 0.7, weight: float = PRIOR_WEIGHT) -> None:
         self.weight = weight
         self.first = {s: [prior * weight, weight] for s in STARTS}
+        self.pooled = [prior * weight, weight]
         self.after = [[weight * (i + 0.5) / Calibration.BINS, weight] for i in range(Calibration.BINS)]
 
     @staticmethod
     def _mean(c: list[float]) -> float:
         return c[0] / c[1]
 
+    def _first(self, start: str) -> list[float]:
+        return self.pooled if start == "skip" else self.first[start]
+
     def p_first(self, start: str) -> float:
-        return self._mean(self.first[start])
+        return self._mean(self._first(start))
 
     def p_after(self, q: float) -> float:
         return self._mean(self.after[Calibration.bin(q)])
@@ -108,19 +124,27 @@ class Acceptance:
         accepted one under the previous draft's confidence bin."""
         if drafted <= 0:
             return
-        c = self.first[start]
-        c[0] += 1.0 if accepted >= 1 else 0.0
-        c[1] += 1.0
+        for c in (self.first[start], self.pooled):
+            c[0] += 1.0 if accepted >= 1 else 0.0
+            c[1] += 1.0
         for i in range(1, min(drafted, accepted + 1)):
             if i - 1 < len(qs):
                 b = self.after[Calibration.bin(qs[i - 1])]
                 b[0] += 1.0 if i < accepted else 0.0
                 b[1] += 1.0
 
+    def judged(self, start: str, p: float) -> None:
+        """The first draft of a step was dropped unverified (the policy kept none of its drafts): no verdict, but its
+        calibrated acceptance `p` is evidence (a soft count), or a lane that drafts and drops every step would never
+        learn that its first drafts do not pay."""
+        for c in (self.first[start], self.pooled):
+            c[0] += p
+            c[1] += 1.0
+
     def relax(self, start: str, to: float = _OPTIMISTIC) -> None:
         """Move the first-token estimate after `start` a step back toward optimism (a lane that stopped drafting on
         bad luck probes again later, at the cost of one short draft)."""
-        c = self.first[start]
+        c = self._first(start)
         c[0] += _RELAX * (to * c[1] - c[0])
 
 
@@ -237,13 +261,34 @@ class AutoK:
                 break
         return False
 
+    @contextmanager
+    def riding_on_the_prompt(self, on: bool = True):
+        """Within: price drafts verified by the prompt's own forward (step 0). That forward is paid anyway; each draft
+        appended to it costs the curve's last slope (a forward over many tokens grows by about that per token), so
+        V(j + 1) reads 1 + slope·j."""
+        if not on:
+            yield
+            return
+        saved = self.price
+        v = saved.verify
+        n = len(v)
+        slope = max(0.0, (v[-1] - v[max(0, n - 9)]) / max(1, min(8, n - 1))) if n > 1 else 0.0
+        self.price = replace(saved, verify=tuple(1.0 + slope * j for j in range(max(n, 2))))
+        try:
+            yield
+        finally:
+            self.price = saved
+
     def can_ever_pay(self, k_cap: int) -> bool:
         """Whether drafting could beat plain decoding even if every draft were accepted."""
         return self.worth_drafting_more([], k_cap, p_next=1.0)
 
-    def ended(self, drafted: int, accepted: int, qs: list[float] | None = None) -> None:
-        """A step ended: fold its verdict into the acceptance estimates and remember how it ended."""
+    def ended(self, drafted: int, accepted: int, qs: list[float] | None = None, dropped: float | None = None) -> None:
+        """A step ended: fold its verdict into the acceptance estimates and remember how it ended (`dropped`: the
+        calibrated acceptance of a first draft made and then not verified)."""
         self.acceptance.verdict(self.start, list(qs or []), drafted, accepted)
+        if drafted <= 0 and dropped is not None:
+            self.acceptance.judged(self.start, dropped)
         self.start = "skip" if drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
 
     def skipped(self) -> None:
@@ -265,3 +310,24 @@ class AutoK:
             why += "; P(all accepted) " + " ".join(f"{p:.2f}" for p in cum[: min(len(cum), 8)]) + (" …" if len(cum) > 8 else "")
         self.last_why = why
         return why
+
+
+# --- what k=auto learnt, carried from lane to lane ------------------------------------------------------------------
+_LEARNT: dict[tuple, tuple[AutoK, Calibration]] = {}
+
+
+def recall(key: tuple) -> tuple[AutoK, Calibration] | None:
+    """A copy of what the last lane of this (target, draft) pair learnt in this process — costs, the calibration of
+    the draft's confidence, the acceptance estimates, the achieved rate — to start from (None: nothing yet). A lane
+    of a 48-token answer has ~10 steps: starting each prompt from the priors again would spend them re-learning."""
+    got = _LEARNT.get(key)
+    if got is None:
+        return None
+    auto, cal = copy.deepcopy(got)
+    auto.start = "skip"
+    return auto, cal
+
+
+def remember(key: tuple, auto: AutoK, cal: Calibration) -> None:
+    """Keep this lane's policy state as the pair's latest (the next lane of the pair copies it)."""
+    _LEARNT[key] = (auto, cal)

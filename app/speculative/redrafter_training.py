@@ -319,7 +319,7 @@ class _Gatherer:
             del windows[:BATCH]
             self.progress()
 
-    def _windows(self, files: list[str], windows: list[list[int]]) -> bool:
+    def _windows(self, files: list[Path], windows: list[list[int]]) -> bool:
         """Cut corpus files into windows until a batch is ready; turn a full batch into features. True: features were
         added."""
         while len(windows) < BATCH and files:
