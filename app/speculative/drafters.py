@@ -226,10 +226,10 @@ class DraftModelDrafter:
 
     def propose(self, ctx: DraftContext) -> Proposal:
         auto = self.auto
-        first = len(ctx.ids) <= self._prompt_len  # step 0: drafts ride on the prompt's forward
         if auto is not None:
             auto.observe(ctx.last)
             k = min(auto.k_max, ctx.max_k)
+            first = len(ctx.ids) <= self._prompt_len  # step 0: drafts ride on the prompt's forward
             if k <= 0 or (first and not auto.can_ever_pay(k)):
                 return Proposal([])
             with auto.riding_on_the_prompt(first):
@@ -249,10 +249,8 @@ class DraftModelDrafter:
         # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
         # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
         # prompt kept k=auto from ever starting)
-        extra = auto.catch_up_units(len(ids) - common) if auto is not None else 0.0
-        if self.state is None:
-            extra /= max(1, ctx.max_k + 1)
-        if auto is not None and not auto.worth_drafting_more([], k, extra=extra):
+        if auto is not None and not auto.worth_drafting_more(
+                [], k, extra=auto.catch_up_units(len(ids) - common) / (max(1, ctx.max_k + 1) if self.state is None else 1)):
             p_first = auto.p_next(None)
             auto.skipped()
             if not auto.can_ever_pay(k):

@@ -102,7 +102,7 @@ class Acceptance:
 
     def __init__(self, prior: float = 0.7, weight: float = PRIOR_WEIGHT) -> None:
         self.weight = weight
-        self.first = {s: [prior * weight, weight] for s in STARTS}
+        self.first = {s: [prior * weight, weight] for s in STARTS if s != "skip"}  # after a skip: `pooled`
         self.pooled = [prior * weight, weight]
         self.after = [[weight * (i + 0.5) / Calibration.BINS, weight] for i in range(Calibration.BINS)]
 
@@ -116,6 +116,12 @@ class Acceptance:
     def p_first(self, start: str) -> float:
         return self._mean(self._first(start))
 
+    def _count_first(self, start: str, hit: float) -> None:
+        """One (possibly soft) verdict on a step's first draft: under how the previous step ended, and pooled."""
+        for c in (self.pooled,) if start == "skip" else (self.first[start], self.pooled):
+            c[0] += hit
+            c[1] += 1.0
+
     def p_after(self, q: float) -> float:
         return self._mean(self.after[Calibration.bin(q)])
 
@@ -124,9 +130,7 @@ class Acceptance:
         accepted one under the previous draft's confidence bin."""
         if drafted <= 0:
             return
-        for c in (self.first[start], self.pooled):
-            c[0] += 1.0 if accepted >= 1 else 0.0
-            c[1] += 1.0
+        self._count_first(start, 1.0 if accepted >= 1 else 0.0)
         for i in range(1, min(drafted, accepted + 1)):
             if i - 1 < len(qs):
                 b = self.after[Calibration.bin(qs[i - 1])]
@@ -137,9 +141,7 @@ class Acceptance:
         """The first draft of a step was dropped unverified (the policy kept none of its drafts): no verdict, but its
         calibrated acceptance `p` is evidence (a soft count), or a lane that drafts and drops every step would never
         learn that its first drafts do not pay."""
-        for c in (self.first[start], self.pooled):
-            c[0] += p
-            c[1] += 1.0
+        self._count_first(start, p)
 
     def relax(self, start: str, to: float = _OPTIMISTIC) -> None:
         """Move the first-token estimate after `start` a step back toward optimism (a lane that stopped drafting on

@@ -312,22 +312,20 @@ class _Gatherer:
                 self.generate(part, False, deadline)
                 continue
             self._windows(files, windows)
-        if self.state["positions"] == self.state["heldout"] and not self._windows(files, windows) and windows:
+        if self.state["positions"] == self.state["heldout"]:
             # the budget ran out before any training data (a loaded machine): one batch of corpus windows (a single
             # forward) past the deadline, rather than a run that trains on nothing
-            self.add(_features(self.engine, windows[:BATCH]), False)
-            del windows[:BATCH]
-            self.progress()
+            self._windows(files, windows, partial=True)
 
-    def _windows(self, files: list[Path], windows: list[list[int]]) -> bool:
-        """Cut corpus files into windows until a batch is ready; turn a full batch into features. True: features were
-        added."""
+    def _windows(self, files: list[Path], windows: list[list[int]], partial: bool = False) -> bool:
+        """Cut corpus files into windows until a batch is ready; turn a full batch (`partial`: what there is) into
+        features. True: features were added."""
         while len(windows) < BATCH and files:
             f = files.pop(0)
             ids = self.engine.tokenizer(_read(f), add_special_tokens=False)["input_ids"][: WINDOW * 8]
             windows += [ids[j : j + WINDOW] for j in range(0, len(ids) - WINDOW + 1, WINDOW)]
             self.done.add(f"file:{f}")
-        if len(windows) < BATCH:
+        if not windows or (len(windows) < BATCH and not partial):
             return False
         self.add(_features(self.engine, windows[:BATCH]), False)
         del windows[:BATCH]
