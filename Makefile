@@ -16,6 +16,10 @@ PYTEST_ARGS ?=
 # tests run two at a time (pytest-xdist; most of a test's time is a worker process importing torch on one core);
 # PYTEST_WORKERS=0 runs them in this process, one after another
 PYTEST_WORKERS ?= 2
+# ...and each test's engines get their share of the cores (SPECDECK_THREADS, app/core/threads.py): two tests each
+# spinning a thread per core would oversubscribe the machine (15 min for the suite against 7 on 2 cores)
+TEST_THREADS ?= $(shell n=$$(nproc); w=$(PYTEST_WORKERS); [ "$$w" = auto ] || [ "$$w" = logical ] && w=$$n; \
+  [ "$$w" -gt 1 ] 2>/dev/null && n=$$((n / w)); echo $$((n > 0 ? n : 1)))
 PHASE := resources/setup/phase
 # one record of phase times per make invocation (sub-makes inherit it), printed by `phase summary`
 export SPECDECK_PHASES ?= $(CURDIR)/.cache/setup/phases-$(shell date +%s%N).tsv
@@ -56,14 +60,14 @@ run:
 test:
 	@$(MAKE) --no-print-directory -j4 setup-test
 	@$(PHASE) summary
-	QT_QPA_PLATFORM=offscreen SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) SPECDECK_VLLM_PYTHON=$(abspath $(VLLM_PY)) \
+	QT_QPA_PLATFORM=offscreen SPECDECK_THREADS=$(TEST_THREADS) SPECDECK_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) SPECDECK_VLLM_PYTHON=$(abspath $(VLLM_PY)) \
 	  SPECDECK_FOREIGN_PYTHON=$(abspath $(FOREIGN_PY)) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The tiny random models still use SmolLM2's tokenizer (read from its GGUF, no weights converted), hence models-test.
 test-fast:
 	@$(MAKE) --no-print-directory -j4 setup-test-fast
 	@$(PHASE) summary
-	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen SPECDECK_THREADS=$(TEST_THREADS) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 setup-run: deps models-qwen deb-gui convert-qwen
 setup-test: deps models-test deb-test llama-server vllm-env foreign-env

@@ -57,6 +57,25 @@ def pytest_configure(config):
     import gc
 
     gc.disable()
+    # the xdist controller (not a worker) with its own vLLM server for the workers (tests.engines.vllm_server)
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        import tempfile
+
+        from tests.engines import vllm_server
+
+        if vllm_server.available():
+            os.environ[vllm_server.STATE_ENV] = str(Path(tempfile.mkdtemp(prefix="specdeck-vllm-")) / "state")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """In the xdist controller: the first worker to have collected vLLM's tests starts the one shared server."""
+    from tests.engines import vllm_server
+
+    config = node.config
+    state = os.environ.get(vllm_server.STATE_ENV)
+    if state and vllm_server.EARLY not in config.stash and any(i.startswith("tests/engines/test_vllm.py") for i in ids):
+        config.stash[vllm_server.EARLY] = vllm_server.EarlyServer(Path(state))
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +158,8 @@ def tiny_pair(smollm2_tokenizer, tmp_path_factory) -> tuple[Path, Path]:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     """vLLM's server starts in the background as soon as its tests are collected, and its tests run last (after the
-    random order is drawn): its start-up (a minute or two) overlaps the other tests instead of adding to them."""
+    random order is drawn): its start-up (a minute or two) overlaps the other tests instead of adding to them. Under
+    pytest-xdist the controller starts the one server every worker uses (pytest_xdist_node_collection_finished)."""
     vllm_items = [it for it in items if it.nodeid.startswith("tests/engines/test_vllm.py")]
     if not vllm_items:
         return
@@ -147,15 +167,21 @@ def pytest_collection_modifyitems(session, config, items):
     from tests.engines import vllm_server
 
     if vllm_server.available() and vllm_server.EARLY not in config.stash:
-        config.stash[vllm_server.EARLY] = vllm_server.EarlyServer()
+        state = os.environ.get(vllm_server.STATE_ENV)
+        config.stash[vllm_server.EARLY] = vllm_server.SharedServer(Path(state)) if state else vllm_server.EarlyServer()
 
 
 def pytest_sessionfinish(session, exitstatus):
     from tests.engines import vllm_server
 
     early = session.config.stash.get(vllm_server.EARLY, None)
-    if early is not None:  # started but its tests did not run (interrupted, or all deselected later)
+    if early is not None:  # started but its tests did not run (interrupted, or all deselected later), or the controller's
         early.stop()
+    state = os.environ.get(vllm_server.STATE_ENV)
+    if state and not hasattr(session.config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(Path(state).parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from app.core.errors import EngineError
+from app.core.threads import cpu_threads
 from app.engines.backends import LLAMACPP_INSTALL_HINT
 from app.engines.base import EngineBase
 from app.engines.cache import ProgressFn, prepare_gguf
@@ -53,7 +54,11 @@ TREE_SEQS = 64  # sequence ids per lane context: the plain sequence and up to 63
 
 
 def physical_cores() -> int:
-    """Physical cores (llama.cpp is fastest with one thread per core), from psutil, else the logical count."""
+    """llama.cpp's default threads: SPECDECK_THREADS when set (app.core.threads), else the physical cores (llama.cpp is
+    fastest with one thread per core), from psutil, else the logical count."""
+    n = cpu_threads()
+    if n is not None:
+        return n
     try:
         import psutil
 

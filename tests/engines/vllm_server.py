@@ -1,13 +1,18 @@
 """vLLM's CPU build serving SmolLM2 (with itself as its draft model) for tests/engines/test_vllm.py, started early:
 tests/conftest.py starts it in the background as soon as the session has collected its tests and runs those tests
 last, so its start-up overlaps the others. (A module of its own: the conftest and the test module must share the
-stash key, and pytest imports test modules under names of its own.)"""
+stash key, and pytest imports test modules under names of its own.)
+
+Under pytest-xdist one server serves every worker: the controller starts it once a worker has collected the vLLM
+tests (each worker collects every test, and a server per worker would start vLLM twice) and writes how it went to the
+file named by STATE_ENV, which the workers read (:class:`SharedServer`); it stops it when the session ends."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -17,11 +22,13 @@ from app.engines.cache import prepare
 from app.engines.registry import resolve
 from tests.engines.servers import ServerProcess, free_port
 
-__all__ = ["VLLM_PY", "K", "PROMPT", "EarlyServer", "EARLY", "available"]
+__all__ = ["VLLM_PY", "K", "PROMPT", "STATE_ENV", "EarlyServer", "SharedServer", "EARLY", "available"]
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PY = Path(os.environ.get("SPECDECK_VLLM_PYTHON", ROOT / ".cache/vllm-env/bin/python"))
 K = 4
+#: names the file where the xdist controller's server says "ready URL" or "error: WHY"
+STATE_ENV = "SPECDECK_TEST_VLLM_STATE"
 PROMPT = "Copy this code exactly, then stop:\n\ndef add(a, b):\n    total = a + b\n    return total\n\ndef mul(a, b):\n    total = a * b\n    return total\n"
 
 
@@ -36,10 +43,11 @@ class EarlyServer:
     runs this module's tests last). VLLM_CPU_CI_ENV=1 keeps torch.compile on its eager backend (up in ~30 s instead of
     ~200 s of inductor compilation); 1 GiB of KV cache instead of vLLM's default of most of the machine's memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: Path | None = None) -> None:
         self.server: ServerProcess | None = None
         self.error: BaseException | None = None
         self.port = free_port()
+        self.state = state  # where to say how the start went (the xdist controller's server)
         self.thread = threading.Thread(target=self._start, name="vllm-start", daemon=True)
         self.thread.start()
 
@@ -59,8 +67,16 @@ class EarlyServer:
             req = urllib.request.Request(self.server.url + "/v1/completions", body, {"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=300) as r:
                 r.read()
+            self._say(f"ready {self.server.url}")
         except BaseException as e:  # reported by the fixture, in the test that needs the server
             self.error = e
+            self._say(f"error: {e}")
+
+    def _say(self, text: str) -> None:
+        if self.state is not None:
+            tmp = self.state.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(self.state)
 
     def ready(self) -> ServerProcess:
         self.thread.join()
@@ -76,5 +92,32 @@ class EarlyServer:
 
 
 
+class _Url:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+class SharedServer:
+    """The xdist controller's EarlyServer as a worker sees it: `ready()` waits for the state file; `stop()` leaves the
+    server to the controller."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+
+    def ready(self, timeout_s: float = 600) -> _Url:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            text = self.state.read_text() if self.state.is_file() else ""
+            if text.startswith("ready "):
+                return _Url(text.split(" ", 1)[1])
+            if text.startswith("error"):
+                pytest.fail(f"vLLM's server (started by the xdist controller) failed: {text}", pytrace=False)
+            time.sleep(0.5)
+        pytest.fail(f"vLLM's server (started by the xdist controller) said nothing in {timeout_s:.0f} s ({self.state})", pytrace=False)
+
+    def stop(self) -> None:
+        pass
+
+
 #: the server started at collection time (tests/conftest.py), if it was
-EARLY = pytest.StashKey[EarlyServer]()
+EARLY = pytest.StashKey["EarlyServer | SharedServer"]()
