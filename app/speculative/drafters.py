@@ -249,8 +249,8 @@ class DraftModelDrafter:
         # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
         # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
         # prompt kept k=auto from ever starting)
-        if auto is not None and not auto.worth_drafting_more(
-                [], k, extra=auto.catch_up_units(len(ids) - common) / (max(1, ctx.max_k + 1) if self.state is None else 1)):
+        extra = auto.catch_up_units(len(ids) - common) / (max(1, ctx.max_k + 1) if self.state is None else 1) if auto is not None else 0.0
+        if auto is not None and not auto.worth_drafting_more([], k, extra=extra) and not auto.worth_a_look(self.calibration, k, extra=extra):
             p_first = auto.p_next(None)
             auto.skipped()
             if not auto.can_ever_pay(k):
@@ -296,6 +296,7 @@ class DraftModelDrafter:
             feed = [tok]
         why = ""
         if auto is not None:
+            auto.acceptance.saw_first(q_drafted[0])
             keep = auto.best_k(cum)
             why = auto.explain(cum, keep)
             self._dropped = cum[0] if cum and not keep else None

@@ -97,14 +97,18 @@ class Acceptance:
     step that drafted nothing ("skip") the estimate over all steps (`pooled`) is used: a skip says nothing about the
     text, and learning "drafts after a skip fail" from the few probes of a bad stretch kept k=auto skipping for many
     steps after the text had become easy;
-    `after[bin]`: P(a draft is accepted | the draft before it was accepted with confidence in that bin).
+    `after[bin]`: P(a draft is accepted | the draft before it was accepted with confidence in that bin);
+    `first_q[bin]`: how often a step's first draft had its confidence in that bin (what drafting one token to look at
+    its confidence is likely to show: :meth:`AutoK.worth_a_look`).
     """
 
     def __init__(self, prior: float = 0.7, weight: float = PRIOR_WEIGHT) -> None:
         self.weight = weight
         self.first = {s: [prior * weight, weight] for s in STARTS if s != "skip"}  # after a skip: `pooled`
         self.pooled = [prior * weight, weight]
-        self.after = [[weight * (i + 0.5) / Calibration.BINS, weight] for i in range(Calibration.BINS)]
+        bins = Calibration.BINS
+        self.after = [[weight * (i + 0.5) / bins, weight] for i in range(bins)]
+        self.first_q = [weight / bins] * bins  # prior: every confidence alike
 
     @staticmethod
     def _mean(c: list[float]) -> float:
@@ -136,6 +140,10 @@ class Acceptance:
                 b = self.after[Calibration.bin(qs[i - 1])]
                 b[0] += 1.0 if i < accepted else 0.0
                 b[1] += 1.0
+
+    def saw_first(self, q: float) -> None:
+        """A step's first draft was made with confidence q (kept or not)."""
+        self.first_q[Calibration.bin(q)] += 1.0
 
     def judged(self, start: str, p: float) -> None:
         """The first draft of a step was dropped unverified (the policy kept none of its drafts): no verdict, but its
@@ -262,6 +270,39 @@ class AutoK:
             if last < 1e-4:
                 break
         return False
+
+    def worth_a_look(self, cal: Calibration, k_cap: int, extra: float = 0.0) -> bool:
+        """Whether drafting one token only to see its confidence pays, when drafting blind does not
+        (:meth:`worth_drafting_more` said no): the look costs a draft forward (c, plus `extra` to catch up) and buys
+        the choice between drafting nothing and the best continuation from that first draft's confidence q —
+
+            E_q[max(0, max_m Σ_{l≤m} P_l − λ·(V(m + 1) − V(1) + (m − 1)·c))] > λ·(c + extra),
+
+        P_1 = cal(q), P_{l+1} = P_l·p_after(q), q distributed as the lane's first drafts were (`first_q`). A cheap
+        draft with often-confident first drafts looks every step (the look is dropped unverified when its q says no);
+        an expensive one, or one whose first drafts are mostly unsure, does not."""
+        if k_cap <= 0:
+            return False
+        lam = self.rate
+        counts = self.acceptance.first_q
+        total = sum(counts)
+        if total <= 0:
+            return False
+        value = 0.0
+        for b, n in enumerate(counts):
+            if n <= 0:
+                continue
+            q = (b + 0.5) / Calibration.BINS
+            p_hat = self.acceptance.p_after(q)
+            p_l, have, best = cal(q), 0.0, 0.0
+            for m in range(1, k_cap + 1):
+                have += p_l
+                best = max(best, have - lam * (self.t(m + 1) - self.t(1) + (m - 1) * self.d))
+                p_l *= p_hat
+                if p_l < 1e-4:
+                    break
+            value += n / total * best
+        return value > lam * (self.d + extra) + 1e-12
 
     @contextmanager
     def riding_on_the_prompt(self, on: bool = True):

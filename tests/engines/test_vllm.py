@@ -24,7 +24,8 @@ from app.runners.openai_stream import VLLM_STEPS_NOTE, RemoteRunner
 from tests.engines.servers import remote_lane, remote_manifest
 from tests.engines.vllm_server import EARLY, PROMPT, VLLM_PY, EarlyServer, K, available
 
-pytestmark = pytest.mark.slow
+# one worker runs them all, one after another: they read the shared server's global counters (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -107,6 +107,31 @@ def test_the_next_draft_is_judged_by_the_confidence_of_the_last():
     assert not auto.worth_drafting_more([0.15], 32, p_next=auto.p_next(0.15))
 
 
+def test_a_cheap_draft_looks_at_its_first_token_before_deciding():
+    """Where drafting blind does not pay (a lane running fast, so λ is high, and the first draft's acceptance is
+    unsure), drafting one token to see its confidence can: a cheap draft whose first drafts are often confident looks;
+    a dear draft, or one whose first drafts are mostly unsure, does not."""
+    cal = Calibration()
+    auto = AutoK(curve(lambda n: 1.0 + 0.06 * (n - 1)), draft_s=0.014)  # c = 0.14: the int8 0.5B draft, fp32 1.5B target
+    auto._tok, auto._units = 12.0, 4.0  # it achieved 3 tokens per unit lately
+    auto.start = "bonus"
+    for _ in range(30):  # first drafts after a bonus: half confident and kept, half unsure and rejected
+        auto.acceptance.saw_first(0.97)
+        auto.acceptance.saw_first(0.2)
+    auto.acceptance.first["bonus"] = [0.55 * 6, 6.0]
+    assert not auto.worth_drafting_more([], 32)  # blind: 0.55 is not worth 3 tokens per unit
+    assert auto.worth_a_look(cal, 32)  # but half the time the first draft shows q ≈ 0.97, and a long chain pays
+    assert not auto.worth_a_look(cal, 32, extra=2.0)  # not when the draft must first catch up over many tokens
+    dear = AutoK(curve(lambda n: 1.0 + 0.06 * (n - 1)), draft_s=0.06)  # c = 0.6
+    dear._tok, dear._units, dear.acceptance = 12.0, 4.0, auto.acceptance
+    assert not dear.worth_a_look(cal, 32)
+    unsure = AutoK(curve(lambda n: 1.0 + 0.06 * (n - 1)), draft_s=0.014)
+    unsure._tok, unsure._units = 12.0, 4.0
+    for _ in range(60):
+        unsure.acceptance.saw_first(0.25)
+    assert not unsure.worth_a_look(cal, 32)
+
+
 def test_calibration_learns_what_the_target_accepts():
     cal = Calibration()
     assert cal(0.95) == pytest.approx(0.95)  # prior: the draft's own probability
