@@ -88,7 +88,7 @@ def main() -> int:
         pick = tune["winner"]["setup"] if tune.get("winner") else None
         fixed = grid(b["draft"], b["dtype"])
         auto = f"draft:{b['draft']},k=auto{b['dtype']}"
-        setups = [*fixed, auto, *([b["assisted"]] if b["assisted"] else []), *([pick] if pick and pick not in fixed else [])]
+        setups = [*fixed, auto, *([b["assisted"]] if b["assisted"] else []), *([pick] if pick and pick not in (*fixed, auto) else [])]  # a pick in the grid (or k=auto) runs once
         cmd = [sys.executable, "-m", "app", "bench", "--target", b["target"], "--prompts", str(pfile), "--max-new-tokens", str(args.tokens),
                "--mode", "interleaved", "--json", str(bj)]
         for s in setups:
