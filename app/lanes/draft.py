@@ -53,7 +53,8 @@ def build(setup: DraftModel, env):
         # what k=auto learns of this pair carries over to its next lane (the next prompt) in this worker
         memory = (tp.key, dp.key if dp is not None else draft.name)
     k = setup.k if isinstance(setup.k, int) else 4
-    return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto, memory=memory),
+    return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto, memory=memory,
+                                                learn=getattr(env, "learn", True)),
                       costs=env.lane_costs(target))
 
 

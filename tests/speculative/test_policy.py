@@ -214,6 +214,15 @@ def test_what_k_auto_learnt_carries_over_to_the_next_lane_of_the_same_pair():
     assert first.calibration(0.95) == pytest.approx(learnt) and second.calibration(0.95) > learnt
     assert DraftModelDrafter(None, auto=auto(), memory=(*key, "other")).calibration(0.95) == pytest.approx(fresh)
     assert DraftModelDrafter(None, auto=auto()).calibration(0.95) == pytest.approx(fresh)
+    # a warm-up lane starts from what was learnt but leaves it as it was (it rehearses a prompt a measured lane runs)
+    before = DraftModelDrafter(None, auto=auto(), memory=key).calibration(0.95)
+    warm = DraftModelDrafter(None, auto=auto(), memory=key, learn=False)
+    assert warm.calibration(0.95) == pytest.approx(before)
+    for _ in range(40):
+        warm._scores = [0.95]
+        warm.feedback(1, 0)
+    assert warm.calibration(0.95) < before
+    assert DraftModelDrafter(None, auto=auto(), memory=key).calibration(0.95) == pytest.approx(before)
 
 
 def test_a_first_draft_dropped_unverified_still_counts():
