@@ -1,7 +1,7 @@
 """SpecDeck: compare LLM decoding setups (speculative decoding above all) side by side."""
 
-from app.core import threads as _threads
+from app.core import threads
 
 __version__ = "0.1.0"
 
-_threads.apply()  # SPECDECK_THREADS: before anything here imports torch (app.core.threads)
+threads.apply()  # SPECDECK_THREADS: before anything here imports torch (app.core.threads)

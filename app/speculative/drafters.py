@@ -252,7 +252,9 @@ class DraftModelDrafter:
         # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
         # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
         # prompt kept k=auto from ever starting)
-        extra = auto.catch_up_units(len(ids) - common) / (max(1, ctx.max_k + 1) if self.state is None else 1) if auto is not None else 0.0
+        extra = auto.catch_up_units(len(ids) - common) if auto is not None else 0.0
+        if self.state is None:
+            extra /= max(1, ctx.max_k + 1)
         if auto is not None and not auto.worth_drafting_more([], k, extra=extra) and not auto.worth_a_look(self.calibration, k, extra=extra):
             p_first = auto.p_next(None)
             auto.skipped()

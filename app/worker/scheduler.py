@@ -20,7 +20,7 @@ from app.core.metrics import LaneStats
 from app.core.setups import Sampling, kind_of, parse_setup
 from app.engines.base import Engine
 from app.worker.messages import LaneSpec
-from app.worker.plan import WARMUP_PREFIX
+from app.worker.plan import RunPlan
 
 __all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule", "with_cpu_wait"]
 
@@ -111,7 +111,7 @@ def lane_events(
     try:
         setup = parse_setup(spec.setup)
         runner = kind_of(setup).build(setup, PoolEnv(pool, setup.target or target_name, device, dtype,
-                                                     learn=not spec.lane_id.startswith(WARMUP_PREFIX)))
+                                                     learn=not RunPlan.is_warmup(spec.lane_id)))
         engine = runner.engine
         prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
         check_context(engine, len(prompt_ids), sampling.max_new_tokens)

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,6 @@ def vllm(request):
 def settled_counters(eng: RemoteEngine, timeout_s: float = 10.0):
     """The server's spec-decoding counters once two reads 0.25 s apart agree: vLLM updates its /metrics from each
     engine step's stats, which may land just after the answer of a request's last step was sent."""
-    import time
-
     runner = RemoteRunner(eng)
     last, deadline = runner._counters(), time.monotonic() + timeout_s
     while time.monotonic() < deadline:
