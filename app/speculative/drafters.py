@@ -212,6 +212,7 @@ class DraftModelDrafter:
             self.auto, self.calibration = got
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
         self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified
+        self._opening = False  # auto: the step being verified is step 0 (its first draft: the answer's first token)
         self._prompt_len = 0
         self.state: Any = None  # the draft's decode state (its KV cache), made by start(): one per lane
         self.seen: list[int] = []  # ids in the draft's cache
@@ -235,6 +236,7 @@ class DraftModelDrafter:
             first = len(ctx.ids) <= self._prompt_len  # step 0: drafts ride on the prompt's forward
             if k <= 0 or (first and not auto.can_ever_pay(k)):
                 return Proposal([])
+            self._opening = first
             with auto.riding_on_the_prompt(first):
                 return self._propose(ctx, k, auto)
         k = min(self.k, ctx.max_k)
@@ -255,8 +257,10 @@ class DraftModelDrafter:
         extra = auto.catch_up_units(len(ids) - common) if auto is not None else 0.0
         if self.state is None:
             extra /= max(1, ctx.max_k + 1)
-        if auto is not None and not auto.worth_drafting_more([], k, extra=extra) and not auto.worth_a_look(self.calibration, k, extra=extra):
-            p_first = auto.p_next(None)
+        p_opening = auto.acceptance.p_opening if auto is not None and self._opening else None  # AutoK.ended
+        if auto is not None and not auto.worth_drafting_more([], k, p_next=p_opening, extra=extra) and (
+                p_opening is not None or not auto.worth_a_look(self.calibration, k, extra=extra)):
+            p_first = auto.p_next(None) if p_opening is None else p_opening
             auto.skipped()
             if not auto.can_ever_pay(k):
                 why = "k=auto: drafting cannot pay on this target even if every draft were accepted"
@@ -293,7 +297,8 @@ class DraftModelDrafter:
             drafted.append(tok)
             p_all *= q_drafted[-1]
             if auto is not None:
-                cum.append((cum[-1] if cum else 1.0) * self.calibration(q_drafted[-1]))
+                p = self.calibration(q_drafted[-1])
+                cum.append(cum[-1] * p if cum else p if p_opening is None else min(p, p_opening))
                 if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k, p_next=auto.p_next(q_drafted[-1])):
                     break
             elif len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop or p_all < self.cstop:
@@ -301,7 +306,8 @@ class DraftModelDrafter:
             feed = [tok]
         why = ""
         if auto is not None:
-            auto.acceptance.saw_first(q_drafted[0])
+            if not self._opening:
+                auto.acceptance.saw_first(q_drafted[0])
             keep = auto.best_k(cum)
             why = auto.explain(cum, keep)
             self._dropped = cum[0] if cum and not keep else None
@@ -311,11 +317,13 @@ class DraftModelDrafter:
 
     def feedback(self, drafted: int, accepted: int) -> None:
         if self.auto is not None:
-            # positions up to the first rejection were tested by the target; later ones were not
+            # positions up to the first rejection were tested by the target; later ones were not (nor does the
+            # answer's first token, in the opening step, teach the calibration: AutoK.ended)
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
-                self.calibration.update(q, i < accepted)
-            self.auto.ended(drafted, accepted, self._scores, self._dropped)
-            self._scores, self._dropped = [], None
+                if i or not self._opening:
+                    self.calibration.update(q, i < accepted)
+            self.auto.ended(drafted, accepted, self._scores, self._dropped, opening=self._opening)
+            self._scores, self._dropped, self._opening = [], None, False
             if self.memory is not None and self.learn:
                 remember(self.memory, self.auto, self.calibration)
         if self.schedule == "heuristic" and drafted:

@@ -50,6 +50,10 @@ _RELAX = 0.05  # per skipped step, the first-token estimate after a skip moves t
 _OPTIMISTIC = 0.9
 #: pseudo-observations behind each prior: a few verdicts must not swing an estimate (a 48-token answer has ~10 steps)
 PRIOR_WEIGHT = 6.0
+#: the shape of the acceptance prior given the draft's confidence q: q ** PRIOR_GAMMA (:func:`prior_acceptance`)
+PRIOR_GAMMA = 0.7
+#: the prior of an answer's first draft being accepted: 14 of 24 on the Qwen pair's Spec-Bench prompts (AutoK.ended)
+OPENING_PRIOR = 0.6
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
 
@@ -66,14 +70,25 @@ class StepTiming:
     emitted: int
 
 
+def prior_acceptance(q: float) -> float:
+    """The prior of a draft's acceptance given its confidence q: q ** PRIOR_GAMMA (q^0.7). The target is the larger
+    model of the draft's family and agrees with a draft's best guess more often than the draft's own probability says.
+    PRIOR_GAMMA is the maximum-likelihood fit of q^γ to 665 verdicts on the Qwen pair (int8 0.5B draft, fp32 1.5B
+    target, k=8, greedy) over the 16 Spec-Bench prompts that the 8-prompt k=auto runs leave out: drafts of confidence
+    0.5–0.6 were kept 65 %, 0.7–0.8 83 %, 0.8–0.9 86 %, 0.9–1 99 % (resources/bench/README.md, "k=auto on all 24
+    Spec-Bench prompts"). With q itself as the prior one early rejection of a q = 0.87 draft put its bin at 0.73 and
+    kept proposals short for the rest of that answer; √q over-drafted (27 drafts to keep 15)."""
+    return max(0.0, min(1.0, q)) ** PRIOR_GAMMA
+
+
 class Calibration:
     """Maps a score in [0, 1] (the draft's probability of its token) to an acceptance probability: BINS equal bins
-    with Beta counts around a prior mean (the bin's centre, `weight` pseudo-observations)."""
+    with Beta counts around a prior mean (:func:`prior_acceptance` of the bin's centre, `weight` pseudo-observations)."""
 
     BINS = 10
 
     def __init__(self, weight: float = PRIOR_WEIGHT) -> None:
-        self.acc = [weight * (i + 0.5) / self.BINS for i in range(self.BINS)]
+        self.acc = [weight * prior_acceptance((i + 0.5) / self.BINS) for i in range(self.BINS)]
         self.n = [weight] * self.BINS
 
     @classmethod
@@ -99,7 +114,9 @@ class Acceptance:
     steps after the text had become easy;
     `after[bin]`: P(a draft is accepted | the draft before it was accepted with confidence in that bin);
     `first_q[bin]`: how often a step's first draft had its confidence in that bin (what drafting one token to look at
-    its confidence is likely to show: :meth:`AutoK.worth_a_look`).
+    its confidence is likely to show: :meth:`AutoK.worth_a_look`);
+    `opening`: P(the draft of the answer's first token is accepted) — the opening step's own position
+    (:meth:`AutoK.ended`), at most what its confidence's calibration says.
     """
 
     def __init__(self, prior: float = 0.7, weight: float = PRIOR_WEIGHT) -> None:
@@ -107,8 +124,9 @@ class Acceptance:
         self.first = {s: [prior * weight, weight] for s in STARTS if s != "skip"}  # after a skip: `pooled`
         self.pooled = [prior * weight, weight]
         bins = Calibration.BINS
-        self.after = [[weight * (i + 0.5) / bins, weight] for i in range(bins)]
+        self.after = [[weight * prior_acceptance((i + 0.5) / bins), weight] for i in range(bins)]
         self.first_q = [weight / bins] * bins  # prior: every confidence alike
+        self.opening = [OPENING_PRIOR * weight, weight]  # the answer's first token (AutoK.ended)
 
     @staticmethod
     def _mean(c: list[float]) -> float:
@@ -126,15 +144,25 @@ class Acceptance:
             c[0] += hit
             c[1] += 1.0
 
+    @property
+    def p_opening(self) -> float:
+        """P(the draft of an answer's first token is accepted), whatever its confidence (AutoK.ended)."""
+        return self._mean(self.opening)
+
     def p_after(self, q: float) -> float:
         return self._mean(self.after[Calibration.bin(q)])
 
-    def verdict(self, start: str, qs: list[float], drafted: int, accepted: int) -> None:
-        """Fold one step's verdict: its first draft (if any) under `start`, then each tested draft after an
-        accepted one under the previous draft's confidence bin."""
+    def verdict(self, start: str, qs: list[float], drafted: int, accepted: int, opening: bool = False) -> None:
+        """Fold one step's verdict: its first draft (if any) under `start` — unless the step is the answer's opening
+        (:meth:`AutoK.ended`) — then each tested draft after an accepted one under the previous draft's confidence
+        bin."""
         if drafted <= 0:
             return
-        self._count_first(start, 1.0 if accepted >= 1 else 0.0)
+        if opening:
+            self.opening[0] += 1.0 if accepted >= 1 else 0.0
+            self.opening[1] += 1.0
+        else:
+            self._count_first(start, 1.0 if accepted >= 1 else 0.0)
         for i in range(1, min(drafted, accepted + 1)):
             if i - 1 < len(qs):
                 b = self.after[Calibration.bin(qs[i - 1])]
@@ -326,12 +354,25 @@ class AutoK:
         """Whether drafting could beat plain decoding even if every draft were accepted."""
         return self.worth_drafting_more([], k_cap, p_next=1.0)
 
-    def ended(self, drafted: int, accepted: int, qs: list[float] | None = None, dropped: float | None = None) -> None:
+    def ended(self, drafted: int, accepted: int, qs: list[float] | None = None, dropped: float | None = None,
+              opening: bool = False) -> None:
         """A step ended: fold its verdict into the acceptance estimates and remember how it ended (`dropped`: the
-        calibrated acceptance of a first draft made and then not verified)."""
-        self.acceptance.verdict(self.start, list(qs or []), drafted, accepted)
-        if drafted <= 0 and dropped is not None:
+        calibrated acceptance of a first draft made and then not verified).
+
+        `opening`: the step was step 0, whose first draft is the answer's first token — a position of its own, where a
+        draft and its target differ in how they begin an answer far more than later: on 24 Spec-Bench prompts (the
+        Qwen pair, greedy) 14 of 24 opening drafts were kept and 2 of 4 of confidence ≥ 0.8, against 164 of 206 and
+        111 of 116 for later steps' first drafts. Its first verdict teaches neither the first-draft estimates nor
+        (the drafter's part) the calibration, and the step after it starts as after a skip: one rejected opening had
+        kept proposals short for the rest of an answer. It teaches the opening's own estimate (`Acceptance.opening`),
+        which caps the first draft's acceptance in the next answer's opening: with the later steps' calibration alone, a
+        q = 0.87 opening drafted 10 tokens on the prompt's forward and lost them all."""
+        self.acceptance.verdict(self.start, list(qs or []), drafted, accepted, opening=opening)
+        if drafted <= 0 and dropped is not None and not opening:
             self.acceptance.judged(self.start, dropped)
+        if opening:
+            self.start = "skip"
+            return
         self.start = "skip" if drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
 
     def skipped(self) -> None:

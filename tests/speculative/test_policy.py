@@ -134,10 +134,10 @@ def test_a_cheap_draft_looks_at_its_first_token_before_deciding():
 
 def test_calibration_learns_what_the_target_accepts():
     cal = Calibration()
-    assert cal(0.95) == pytest.approx(0.95)  # prior: the draft's own probability
+    assert cal(0.95) == pytest.approx(0.95 ** 0.7) and cal(0.55) == pytest.approx(0.55 ** 0.7)  # prior: q^0.7
     for _ in range(50):
         cal.update(0.95, False)
-    assert cal(0.95) < 0.15 and cal(0.15) == pytest.approx(0.15)  # 50 rejections against 6 pseudo-observations
+    assert cal(0.95) < 0.15 and cal(0.15) == pytest.approx(0.15 ** 0.7)  # 50 rejections against 6 pseudo-observations
 
 
 def test_isotonic_fit():
@@ -234,3 +234,50 @@ def test_a_first_draft_dropped_unverified_still_counts():
         auto.ended(0, 0, [], dropped=0.1)
     assert auto.acceptance.p_first("skip") < 0.25 < before
     assert auto.acceptance.p_first("bonus") == pytest.approx(auto.acceptance.p_first("partial"))  # only where it was
+
+
+class Scripted:
+    """A draft engine whose every next token is 9 with probability 0.87 (the policy's input, not a model): new_state()
+    gives a state with forward(ids, last_only) -> logits [1, 10] and crop(n)."""
+
+    def new_state(self):
+        import torch
+
+        probs = torch.full((10,), 0.13 / 9)
+        probs[9] = 0.87
+
+        class State:
+            def forward(self, ids, last_only=True):
+                return probs.log()[None]
+
+            def crop(self, n):
+                pass
+
+        return State()
+
+
+def test_the_answers_opening_teaches_nothing_about_later_tokens():
+    """Step 0's first draft is the answer's first token, where a draft and its target differ far more than later
+    (AutoK.ended): its acceptance is the opening's own estimate (at most); a confident opening draft rejected teaches
+    that estimate and leaves the calibration, the first-draft estimate and the
+    histogram of first-draft confidences as they were, and the next step starts as after a skip; the same rejection
+    one step later is learnt."""
+    from app.speculative.drafters import DraftModelDrafter
+
+    auto = AutoK(FLAT, draft_s=0.005)
+    d = DraftModelDrafter(Scripted(), auto=auto)
+    prompt = [1, 2, 3]
+    d.start(prompt)
+    cal0, first0, seen0 = d.calibration(0.87), auto.acceptance.p_first("skip"), list(auto.acceptance.first_q)
+    p = d.propose(ctx(prompt))  # step 0: the drafts ride on the prompt's forward
+    assert p.ids and p.ids[0] == 9 and p.q_drafted[0] == pytest.approx(0.87)
+    assert "P(all accepted) 0.60 " in p.why  # the opening's own estimate caps calibrated 0.87^0.7 = 0.91
+    d.feedback(len(p.ids), 0)
+    assert auto.acceptance.p_opening == pytest.approx(3.6 / 7)  # it learns the opening's own estimate instead
+    assert d.calibration(0.87) == cal0 and auto.acceptance.p_first("skip") == first0
+    assert auto.acceptance.first_q == seen0 and auto.start == "skip"
+    p = d.propose(ctx([*prompt, 5]))  # step 1
+    assert p.ids
+    d.feedback(len(p.ids), 0)
+    assert d.calibration(0.87) < cal0 and auto.acceptance.p_first("skip") < first0 and auto.start == "miss"
+    assert sum(auto.acceptance.first_q) == pytest.approx(sum(seen0) + 1)
