@@ -298,7 +298,9 @@ class DraftModelDrafter:
             p_all *= q_drafted[-1]
             if auto is not None:
                 p = self.calibration(q_drafted[-1])
-                cum.append(cum[-1] * p if cum else p if p_opening is None else min(p, p_opening))
+                if not cum and p_opening is not None:
+                    p = min(p, p_opening)  # the answer's first token: at most the opening's own estimate
+                cum.append(cum[-1] * p if cum else p)
                 if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k, p_next=auto.p_next(q_drafted[-1])):
                     break
             elif len(drafted) >= k or tok in ctx.eos_ids or q_drafted[-1] < self.stop or p_all < self.cstop:

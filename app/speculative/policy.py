@@ -370,10 +370,7 @@ class AutoK:
         self.acceptance.verdict(self.start, list(qs or []), drafted, accepted, opening=opening)
         if drafted <= 0 and dropped is not None and not opening:
             self.acceptance.judged(self.start, dropped)
-        if opening:
-            self.start = "skip"
-            return
-        self.start = "skip" if drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
+        self.start = "skip" if opening or drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
 
     def skipped(self) -> None:
         """A step drafted nothing: the estimate after a skip drifts back toward optimism, so that a lane that stopped
