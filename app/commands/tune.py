@@ -30,7 +30,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "verify_note", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts); trees and ReDrafter heads are
 #: named in the output as not tried
@@ -38,6 +38,9 @@ KINDS = ("draft", "ngram", "tree", "redrafter")
 PRICED_KINDS = ("draft", "ngram")
 #: share of the budget the calibration may take (the rest confirms)
 CALIBRATION_SHARE = 0.5
+#: a drafter whose best priced setup is below DROP_BELOW of another's after DROP_AFTER prompts is calibrated no more
+DROP_AFTER = 2
+DROP_BELOW = 0.85
 
 
 def add_parser(sub) -> None:
@@ -145,6 +148,8 @@ class Phase:
     steps: dict[str, list] = field(default_factory=dict)  # lane id → its StepEvents
     prompts_done: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    #: setup index → why its lanes stopped running (a drafter the calibration dropped)
+    dropped: dict[int, str] = field(default_factory=dict)
 
 
 class Finder:
@@ -176,6 +181,7 @@ class Finder:
         self.calibration: Phase | None = None
         self.confirm: Phase | None = None
         self.stopped = ""
+        self.verify_scale: float | None = None
 
     # --- helpers ----------------------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -192,9 +198,10 @@ class Finder:
         return RunPlan(self.args.target, tuple(setups), tuple(self.prompts), self.sampling, mode="interleaved", chat=self.chat,
                        warmup_tokens=warmup, run_id=run_id)
 
-    def run_phase(self, phase: Phase, name: str, until_s: float) -> None:
+    def run_phase(self, phase: Phase, name: str, until_s: float, after_prompt=None) -> None:
         """Run the phase's lanes prompt by prompt (after its warm-up, if any) while the budget allows: a prompt
-        starts only if the mean prompt so far fits before `until_s` (the first always runs)."""
+        starts only if the mean prompt so far fits before `until_s` (the first always runs). `after_prompt()` runs
+        after each prompt; lanes of the setups in `phase.dropped` are left out from then on."""
         from app.core.events import StepEvent
 
         plan, results = phase.plan, phase.results
@@ -215,9 +222,11 @@ class Finder:
             if i and self.elapsed() + per > until_s:
                 break
             self.say_progress(f"{name}: prompt {i + 1} of {len(plan.prompts)} ({p.id})")
-            lanes = tuple(x for x in cmd.lanes if x.prompt_id == p.id)
+            lanes = tuple(x for x in cmd.lanes if x.prompt_id == p.id and plan.setup_index(x.lane_id) not in phase.dropped)
             self.w.run(replace(cmd, run_id=f"{cmd.run_id}-{i}", lanes=lanes), on_event)
             phase.prompts_done.append(p.id)
+            if after_prompt is not None:
+                after_prompt()
         phase.wall_s = time.monotonic() - t_start
         results.mark_finished()
 
@@ -246,7 +255,32 @@ class Finder:
         # the share is of the time left after loading: measuring missing cost profiles (once per machine) must not
         # leave the calibration without prompts
         loaded = self.elapsed()
-        self.run_phase(self.calibration, "calibration", loaded + max(0.0, self.budget_s - loaded) * CALIBRATION_SHARE)
+        self.run_phase(self.calibration, "calibration", loaded + max(0.0, self.budget_s - loaded) * CALIBRATION_SHARE,
+                       after_prompt=self.drop_the_outpaced)
+
+    def drop_the_outpaced(self) -> None:
+        """After DROP_AFTER prompts, stop calibrating a drafter whose best priced setup is below DROP_BELOW of
+        another drafter's best on the same prompts: its lanes' time goes to more prompts for the others. It is
+        named in the report's `not_tried` with both figures."""
+        ph = self.calibration
+        if ph is None or len(ph.prompts_done) < DROP_AFTER:
+            return
+        records = self.records()
+        ids = [r.prompt_id for r in records]
+        best = {}
+        for p in self.price(records, dropped=False):
+            d = p.candidate.drafter
+            if d not in best and all(x in p.pred_wall_s for x in ids):
+                best[d] = p
+        if len(best) < 2:
+            return
+        lead = max(best.values(), key=lambda p: p.speedup())
+        for i, (d, _) in enumerate(self.drafters, start=1):
+            p = best.get(d)
+            if p is not None and i not in ph.dropped and p.speedup() < DROP_BELOW * lead.speedup():
+                ph.dropped[i] = (f"{d}: calibration stopped after {len(ids)} prompts: its best setup priced {p.speedup():.2f}x "
+                                 f"against {lead.speedup():.2f}x for {lead.candidate.setup}")
+                self.say_progress(f"calibration: dropped {d} (best priced {p.speedup():.2f}x against {lead.speedup():.2f}x)")
 
     def records(self) -> list:
         """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
@@ -275,7 +309,7 @@ class Finder:
                     q = tuple(ev.draft_probs or ()) if model else ()
                     n = len(ev.drafted_ids)
                     open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
-                    cs = CalStep(n, ev.accepted_count, q, open_end)
+                    cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s)
                     if ev.step == 0:
                         step0 = cs if n else None
                     else:
@@ -287,12 +321,26 @@ class Finder:
             out.append(pc)
         return out
 
-    def price(self, records: list) -> list:
+    def priced_curve(self, records: list) -> tuple[float, ...]:
+        """The target's verify curve as this run measured it: its profile's, scaled to the calibration lanes'
+        verify times (app.core.tuning.verify_scale); kept in `verify_scale` for the report."""
+        from app.core.tuning import scaled, verify_scale
+
+        profile = self.verify_curve() or (1.0,)
+        self.verify_scale = verify_scale(records, profile)
+        return scaled(profile, self.verify_scale)
+
+    def price(self, records: list, dropped: bool = True) -> list:
+        """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
+        `dropped` is False."""
         from app.core.tuning import grid, price_candidate, rank
 
-        verify = self.verify_curve() or (1.0,)
+        verify = self.priced_curve(records)
+        out = set(self.calibration.dropped) if dropped and self.calibration is not None else set()
         priced = []
-        for d, model in self.drafters:
+        for i, (d, model) in enumerate(self.drafters, start=1):
+            if i in out:
+                continue
             for cand in grid(d, model):
                 p = price_candidate(cand, records, verify)
                 if p is not None:
@@ -304,9 +352,10 @@ class Finder:
 
         chosen: list[str] = [p.candidate.setup for p in ranked[: max(0, self.args.confirm)]]
         chosen += [p.candidate.setup for p in winners(ranked).values()]
-        models = [p for p in ranked if p.candidate.kind == "draft"]
+        # k=auto on the best model drafter, or on the first tried where the calibration dropped every one
+        models = [p.candidate.drafter for p in ranked if p.candidate.kind == "draft"] + [d for d, m in self.drafters if m]
         if models:
-            chosen.append(auto_setup(models[0].candidate.drafter))
+            chosen.append(auto_setup(models[0]))
         return list(dict.fromkeys(chosen))[:8]
 
     def run_confirm(self, setups: list[str]) -> None:
@@ -339,7 +388,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     from app.core.setups import parse_setup
     from app.core.tuning import StepPrice, break_even_alpha, break_even_v, why, winners
 
-    verify = f.verify_curve() or (1.0,)
+    verify = f.priced_curve(records)
     tokens = {r.prompt_id: r.new_tokens for r in records}
     confirmed = {parse_setup(s).label: m for s, m in measured.items()}
 
@@ -395,6 +444,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
                          f"to cost V({k + 1}) ≤ {v_need:.2f} (it costs {price.v(k + 1):.2f} here)")
     not_tried = [f"{k}: the finder prices chains of drafts; try tree:/redrafter: lanes by hand" for k in f.kinds if k not in PRICED_KINDS]
     cal, conf = f.calibration, f.confirm
+    not_tried += list(cal.dropped.values()) if cal is not None else []
     if cal is not None and len(cal.prompts_done) < len(f.prompts):
         not_tried.append(f"{len(f.prompts) - len(cal.prompts_done)} of {len(f.prompts)} prompts not calibrated (time budget)")
     if conf is not None and cal is not None and len(conf.prompts_done) < len(cal.prompts_done):
@@ -413,6 +463,8 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         "calibration_s": round(cal.wall_s, 1) if cal else None,
         "confirmation_s": round(conf.wall_s, 1) if conf else None,
         "verify_curve": list(verify[:33]),
+        "profile_verify_curve": list((f.verify_curve() or (1.0,))[:33]),
+        "verify_scale": f.verify_scale,
         "candidates": cands,
         "priced": len(cands),
         "other_measured": extra,
@@ -423,6 +475,15 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         "not_tried": not_tried,
         "stopped": f.stopped or None,
     }
+
+
+def verify_note(doc: dict) -> str:
+    """One line on how this run's verifies compared with the target's cost profile ("" when not measured)."""
+    s, prof, used = doc.get("verify_scale"), doc.get("profile_verify_curve") or [], doc.get("verify_curve") or []
+    if s is None or len(prof) < 9 or len(used) < 9:
+        return ""
+    return (f"verify cost: this run's verifies cost {s:.2f}x what the cost profile says above one forward (V(9) {prof[8]:.2f} "
+            f"in the profile, {used[8]:.2f} in this run); priced with this run's")
 
 
 def render(doc: dict, top: int = 12) -> str:
@@ -455,6 +516,8 @@ def render(doc: dict, top: int = 12) -> str:
         for cat, x in doc["winners_by_category"].items():
             ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
             lines.append(f"  {cat or '(none)':<14} {x['setup']}  predicted {num(x['predicted_speedup'])}x{ms}")
+    if verify_note(doc):
+        lines.append(verify_note(doc))
     if doc["break_even_text"]:
         lines.append("break-even on this machine:")
         lines += [f"  {t}" for t in doc["break_even_text"]]

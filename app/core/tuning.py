@@ -14,14 +14,19 @@ process took a core) changes no decision, where a model in seconds would read it
 prices whole setups with it.
 
 **Pricing a setup from a calibration run.** A calibration lane drafts long (k = CAL_K, a low cumulative stop
-CAL_CSTOP) and records each step's draft confidences q_1…q_n and how many of them the target kept (a). A fixed setup
-(k, stop, cstop) would have drafted the prefix d its own rule allows of the same proposal, and kept min(a, d) of it:
-the target's verdict on token i depends only on tokens ≤ i, greedy or sampled. So each recorded step gives the
-setup's outcome on that step (:func:`replay_step`), and a prompt's predicted wall is its prefill plus its remaining
-tokens at the replayed tokens per step and units per step (:func:`price_candidate`). Speedups pool like the bench's:
-Σ baseline wall / Σ predicted wall. A setup whose rule would draft past what the calibration proposed (cstop below
-CAL_CSTOP) is priced at its full k, with the drafts past the calibration accepted at the rate measured for the
-calibration's last, least confident drafts.
+CAL_CSTOP) and records each step's draft confidences q_1…q_n and how many of them the target kept (a). A step that
+starts at position s of the answer so tells positions s … s + a: the draft's confidence in its own token there given
+the answer's true prefix, and whether the target kept it (:func:`positions`). With greedy decoding the draft's token
+and confidence at a position depend only on that prefix, so any fixed rule (k, stop, cstop) can be run over the
+answer position by position — its steps starting where *its* drafts end, not where the calibration's did
+(:func:`replay_positions`). Lookup drafters, whose proposals continue an earlier match, are replayed proposal by
+proposal (:func:`replay_step`). A prompt's predicted wall is its prefill plus its remaining tokens at the replayed
+tokens per step and units per step (:func:`price_candidate`). Speedups pool like the bench's: Σ baseline wall /
+Σ predicted wall.
+
+**The verify curve is this run's.** The cost profile is measured once per machine, perhaps while it was busier; the
+calibration lanes' own verify times (over the baseline's forward on the same prompt) fit a scale s of the profile's
+cost above one forward, V'(n) = 1 + s·(V(n) − 1) (:func:`verify_scale`), and the finder prices with V'.
 
 **Break-even.** :func:`break_even_alpha` is the acceptance a drafter of cost c needs (i.i.d., best k) to beat a
 given speedup with this V; :func:`break_even_v` the V(k + 1) a drafter with a measured α needs.
@@ -90,6 +95,11 @@ class StepPrice:
         """One step that verifies `drafted` drafts made in `forwards` draft forwards (default: one per draft)."""
         return self.v(drafted + 1) + (drafted if forwards is None else forwards) * self.c + self.o
 
+    def marginal_verify(self) -> float:
+        """One more token in a long forward (the prompt's, which step 0's drafts join): the curve's last slope."""
+        n = len(self.verify)
+        return max(0.0, self.v(n) - self.v(n - 1)) if n > 1 else 0.0
+
     @property
     def base_units(self) -> float:
         """A baseline step: one forward and its overhead."""
@@ -117,6 +127,8 @@ class CalStep:
     q: tuple[float, ...] = ()
     #: the calibration's proposal ended on its own (k or its cumulative stop), not on an end-of-sequence token
     open_end: bool = True
+    #: the target's measured verify of this step (offered + 1 tokens), seconds; 0 when unknown
+    verify_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -184,7 +196,7 @@ class Candidate:
 
 def replay_step(s: CalStep, k: int, stop: float = 0.0, cstop: float = 0.0) -> tuple[int, int, bool]:
     """What a (k, stop, cstop) rule drafts on a recorded proposal: (drafted, accepted, beyond) — `beyond`: it would
-    have drafted past the end of the recorded proposal (priced separately)."""
+    have drafted past the end of the recorded proposal (priced separately). Lookup drafters are priced this way."""
     n, p = 0, 1.0
     limit = min(k, s.offered)
     while n < limit:
@@ -195,6 +207,99 @@ def replay_step(s: CalStep, k: int, stop: float = 0.0, cstop: float = 0.0) -> tu
             return n, min(s.accepted, n), False
     beyond = n < k and s.open_end and n == s.offered and bool(s.q)
     return n, min(s.accepted, n), beyond
+
+
+@dataclass(frozen=True)
+class Position:
+    """What the calibration learnt about one position of the answer (a model drafter, greedy).
+
+    Attributes:
+        q: the draft's confidence in its own token here, given the answer's true prefix; None where the draft never
+            proposed at this position (the target's bonus token after a fully kept proposal).
+        kept: the target kept the draft's token here.
+        after: where it was rejected: the confidences of the drafts the calibration made past it (their cost only).
+        more: the calibration's proposal went on past `after` (it ended on its k or cumulative stop, not an EOS).
+    """
+
+    q: float | None
+    kept: bool
+    after: tuple[float, ...] = ()
+    more: bool = False
+
+
+def positions(lane: LaneCal) -> list[Position]:
+    """The answer position by position, from a model drafter's calibration steps: a step that started at position s
+    and kept a drafts tells positions s … s + a − 1 (kept) and s + a (rejected, or the target's bonus token)."""
+    out: list[Position] = []
+    if lane.step0 is None:
+        out.append(Position(None, True))
+    for s in ([lane.step0] if lane.step0 is not None else []) + list(lane.steps):
+        a = min(s.accepted, len(s.q))
+        out.extend(Position(q, True) for q in s.q[:a])
+        if a < s.offered and a < len(s.q):
+            out.append(Position(s.q[a], False, tuple(s.q[a + 1:]), s.open_end))
+        else:
+            out.append(Position(None, True))
+    return out
+
+
+def replay_positions(seq: Sequence[Position], k: int, stop: float, cstop: float, first_rate: float,
+                     start: int = 0) -> list[tuple[int, float]]:
+    """A (k, stop, cstop) rule run over the answer's positions: (drafted, accepted) per step, the first step starting
+    at `start`. With greedy decoding this is what the setup would do — the draft's token and confidence at a
+    position depend only on the true prefix — except where the calibration has no record: a step reaching a
+    bonus position ends there (the target emits its own token), one starting at one drafts a token kept at
+    `first_rate` (the calibration's first drafts), and drafts past a rejection that outrun the calibration's own
+    cost only what a plain-k rule would draft (k)."""
+    out: list[tuple[int, float]] = []
+    p, n = start, len(seq)
+    while p < n:
+        d, cum, a = 0, 1.0, -1
+        while d < k and p + d < n:
+            pos = seq[p + d]
+            if pos.q is None:
+                break
+            d += 1
+            cum *= pos.q
+            ended = pos.q < stop or cum < cstop
+            if not pos.kept:
+                a = d - 1
+                if not ended:
+                    for qn in pos.after:
+                        if d >= k:
+                            break
+                        d += 1
+                        cum *= qn
+                        if qn < stop or cum < cstop:
+                            break
+                    else:
+                        if pos.more and not stop and not cstop:
+                            d = k
+                break
+            if ended:
+                break
+        if a >= 0:
+            out.append((d, float(a)))
+            p += a + 1
+        elif d == 0:  # starts where the calibration never drafted
+            out.append((1, first_rate))
+            p += 1
+        else:
+            out.append((d, float(d)))
+            p += d + 1
+    return out
+
+
+def _first_rate(seq: Sequence[Position]) -> float:
+    """How often a step's first draft was kept in the calibration, with a weak prior of 0.5."""
+    kept, n = 0.5, 1.0
+    prev_end = True
+    for pos in seq:
+        if prev_end and pos.q is not None:
+            n += 1
+            kept += pos.kept
+        prev_end = pos.q is None or not pos.kept
+    return kept / n
 
 
 def _tail_alpha(steps: Iterable[CalStep]) -> float:
@@ -241,12 +346,64 @@ class Priced:
         return {c: self.speedup(ids) for c, ids in cats.items()}
 
 
+def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], list[tuple[int, float]]]:
+    """The candidate's step 0 and decode steps as (drafted, accepted) on one calibration lane: a model drafter's
+    replayed position by position (:func:`replay_positions`), a lookup's proposal by proposal (:func:`replay_step`,
+    drafts past a proposal paid in full and accepted at the calibration's tail rate)."""
+    if any(s.q for s in lane.steps) or (lane.step0 is not None and lane.step0.q):
+        seq = positions(lane)
+        rate = _first_rate(seq)
+        if lane.step0 is None:
+            return (0, 0.0), replay_positions(seq, cand.k, cand.stop, cand.cstop, rate, start=1)
+        steps = replay_positions(seq, cand.k, cand.stop, cand.cstop, rate)
+        return steps[0], steps[1:]
+    tail = _tail_alpha(lane.steps)
+    out: list[tuple[int, float]] = []
+    for s in lane.steps:
+        d, a, beyond = replay_step(s, cand.k, cand.stop, cand.cstop)
+        extra = 0.0
+        if beyond:
+            more = cand.k - d
+            if a == d:
+                extra = sum(tail ** j for j in range(1, more + 1))
+            d += more
+        out.append((d, a + extra))
+    first = (0, 0.0)
+    if lane.step0 is not None:
+        d0, a0, _ = replay_step(lane.step0, cand.k, cand.stop, cand.cstop)
+        first = (d0, float(a0))
+    return first, out
+
+
+def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float | None:
+    """How much dearer this run's verifies were than the cost profile says: the s of V'(n) = 1 + s·(V(n) − 1) that
+    fits the calibration lanes' measured verify times (over the baseline's one-token forward on the same prompt,
+    summed over every decode step that verified more than one token). None: no such step. A profile measured on a
+    busier (or quieter) machine than this run's is so corrected with this run's own measurements."""
+    num = den = 0.0
+    for pc in prompts:
+        if pc.base_step_s <= 0:
+            continue
+        for lane in pc.lanes.values():
+            for s in lane.steps:
+                if s.offered and s.verify_s > 0:
+                    num += s.verify_s / pc.base_step_s - 1.0
+                    den += verify_at(verify, s.offered + 1) - 1.0
+    return num / den if den > 0 else None
+
+
+def scaled(verify: Sequence[float], s: float | None) -> tuple[float, ...]:
+    """The verify curve with its cost above one forward scaled by s (:func:`verify_scale`); as it is for None."""
+    return tuple(verify) if s is None else tuple(1.0 + max(0.0, s) * (v - 1.0) for v in verify)
+
+
 def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float]) -> Priced | None:
     """Predict a candidate's wall per prompt from its drafter's calibration lanes (None: no lane for it).
 
     c and o come from the calibration lanes (measured draft forward and per-step overhead, over the baseline's decode
-    step on the same prompt), V from the target's profile. Step 0 is the calibration lane's prefill with its own
-    first proposal's drafting replaced by the candidate's."""
+    step on the same prompt), V is the curve given (the finder's: the target's profile, :func:`scaled` to this run).
+    Step 0 is the calibration lane's prefill with its own first proposal's drafting replaced by the candidate's;
+    the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`)."""
     pred: dict[str, float] = {}
     base: dict[str, float] = {}
     cats: dict[str, str] = {}
@@ -262,35 +419,20 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         price = StepPrice(tuple(verify), c=c, o=lane.overhead_s / t1, o_base=pc.base_overhead_s / t1)
         cs.append(c)
         os_.append(price.o)
-        tail = _tail_alpha(lane.steps)
-        tok = units = 0.0
-        for s in lane.steps:
-            d, a, beyond = replay_step(s, cand.k, cand.stop, cand.cstop)
-            extra_acc = 0.0
-            if beyond:  # drafts past the recorded proposal: paid in full, accepted at the tail rate
-                more = cand.k - d
-                if a == d:
-                    extra_acc = sum(tail ** j for j in range(1, more + 1))
-                d += more
-            tok += a + extra_acc + 1
-            units += price.units(d, d if lane.draft_s_per_forward > 0 else 0)
-            tot_acc += a + extra_acc
-            tot_dr += d
-        n_steps = len(lane.steps)
-        tok0 = 1.0
+        (d0, a0), steps = _decode_steps(cand, lane)
+        tok = sum(a + 1 for _, a in steps)
+        units = sum(price.units(d, d if lane.draft_s_per_forward > 0 else 0) for d, _ in steps)
+        tot_acc += sum(a for _, a in steps)
+        tot_dr += sum(d for d, _ in steps)
         prefill = lane.prefill_s
-        if lane.step0 is not None:
-            d0, a0, _ = replay_step(lane.step0, cand.k, cand.stop, cand.cstop)
-            tok0 = a0 + 1.0
-            prefill -= (lane.step0.offered - d0) * lane.draft_s_per_forward
-        if n_steps:
-            per_tok_units = units / tok
-            decode = max(0.0, pc.new_tokens - tok0) * per_tok_units * t1
+        if lane.step0 is not None:  # its drafts were verified with the prompt: each cost a draft forward and a token
+            prefill -= (lane.step0.offered - d0) * (lane.draft_s_per_forward + price.marginal_verify() * t1)
+        decode = 0.0
+        if steps:
+            decode = max(0.0, pc.new_tokens - (a0 + 1.0)) * (units / tok) * t1
             tot_tok += tok
-            tot_steps += n_steps
+            tot_steps += len(steps)
             tot_units += units
-        else:
-            decode = 0.0
         pred[pc.prompt_id] = max(prefill, 0.0) + decode
         base[pc.prompt_id] = pc.base_wall_s
         cats[pc.prompt_id] = pc.category

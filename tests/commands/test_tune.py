@@ -19,7 +19,8 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["priced"] == len(cands) > 5  # distinct behaviours only (identical ones deduplicated)
     preds = [c["predicted_speedup"] for c in cands]
     assert preds == sorted(preds, reverse=True) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
-    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram"}
+    dropped = [t.split(":", 1)[0] for t in doc["not_tried"] if "calibration stopped after 2 prompts" in t]
+    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram"} - set(dropped)  # a drafter far behind: dropped
     assert all("dtype=int8" in c["setup"] for c in cands if c["setup"].startswith("draft"))  # --dtypes int8
     for c in cands:
         assert parse_setup(c["setup"]).label == c["setup"] and c["why"]
@@ -37,6 +38,10 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["break_even_text"] and all("beat" in t or "V(" in t for t in doc["break_even_text"])
     assert any(t.startswith("tree:") for t in doc["not_tried"])  # asked for, not priced: said
     assert len(doc["verify_curve"]) == 33 and doc["verify_curve"][0] == 1.0
+    # priced with this run's verifies: the profile's curve scaled to what the calibration lanes measured
+    s = doc["verify_scale"]
+    assert s > 0 and doc["verify_curve"][8] == pytest.approx(1 + s * (doc["profile_verify_curve"][8] - 1))
+    assert "verify cost: this run's verifies cost" in out
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
@@ -54,6 +59,37 @@ def test_the_drafters_tried_by_default(tiny_pair):
     for s, model in got:
         cal = parse_setup(calibration_setup(s, model))
         assert cal.k == 24 and getattr(cal, "cstop", 0.02) == 0.02
+
+
+def test_a_drafter_far_behind_is_calibrated_no_more():
+    """After two prompts, a drafter whose best setup is priced below 0.85 of another's stops running (its lanes'
+    time goes to more prompts), is left out of the ranking and is named with both figures. Literal calibration
+    records: the same confident draft, once cheap and once as dear as the target; a lookup that never matched."""
+    from app.commands.tune import Finder, Phase
+    from app.core.tuning import CalStep, LaneCal, PromptCal
+
+    flat = tuple(1.0 + 0.02 * (n - 1) for n in range(1, 34))
+    steps = tuple([CalStep(8, 7, (0.95,) * 8, verify_s=0.12)] * 6)
+
+    def rec(pid: str) -> PromptCal:
+        lanes = {"draft:a": LaneCal(steps, None, 1.0, 0.005, 0.0), "draft:b": LaneCal(steps, None, 1.0, 0.1, 0.0),
+                 "ngram:n=3": LaneCal(tuple([CalStep(0, 0)] * 40), None, 1.0, 0.0, 0.0)}
+        return PromptCal(pid, "code", 49, 5.8, 1.0, 0.1, 0.0, lanes)
+
+    f = Finder.__new__(Finder)
+    f.drafters, f.quiet, f.verify_scale = [("draft:a", True), ("draft:b", True), ("ngram:n=3", False)], True, None
+    f.calibration = Phase(None, None, prompts_done=["p1"])
+    f.verify_curve = lambda: flat
+    f.records = lambda: [rec(p) for p in f.calibration.prompts_done]
+    f.drop_the_outpaced()
+    assert f.calibration.dropped == {}  # one prompt: too early to tell
+    f.calibration.prompts_done.append("p2")
+    f.drop_the_outpaced()
+    assert set(f.calibration.dropped) == {2, 3}
+    assert f.calibration.dropped[2].startswith("draft:b: calibration stopped after 2 prompts: its best setup priced ")
+    assert "for draft:a,k=" in f.calibration.dropped[2]
+    assert {p.candidate.drafter for p in f.price(f.records())} == {"draft:a"}
+    assert {p.candidate.drafter for p in f.price(f.records(), dropped=False)} == {"draft:a", "draft:b", "ngram:n=3"}
 
 
 def run(*args):
