@@ -398,6 +398,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     # the winner's speedup: the best measured where a real run confirmed setups (the real run decides), else predicted
     measured_best = max((m["speedup"] for s, m in confirmed.items() if s != "baseline" and m.get("speedup")), default=None)
     best = measured_best if measured_best is not None else (ranked[0].speedup() if ranked else 1.0)
+    on_confirmed = list(f.confirm.prompts_done) if f.confirm is not None else []
     cands = []
     for i, p in enumerate(ranked):
         m = confirmed.get(label(p.candidate.setup))
@@ -405,6 +406,8 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         cands.append(dict(
             rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, k=p.candidate.k, stop=p.candidate.stop,
             cstop=p.candidate.cstop, predicted_speedup=p.speedup(),
+            # the prediction on the prompts the confirmation measured (it may have run out of time before all of them)
+            predicted_confirmed_speedup=p.speedup(on_confirmed) if m and on_confirmed else None,
             predicted_tokens_per_s=sum(tokens[x] for x in p.pred_wall_s) / pred_wall if pred_wall > 0 else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))

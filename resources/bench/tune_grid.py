@@ -107,6 +107,12 @@ def _by_category(bench: dict, setup: str) -> dict[str, float]:
     return category_speedups(bench).get(setup, {})
 
 
+def _pred(c: dict) -> float:
+    """A confirmed candidate's prediction on the prompts its confirmation measured (all calibrated ones in older
+    reports)."""
+    return c.get("predicted_confirmed_speedup") or c["predicted_speedup"]
+
+
 def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | None, pick: str | None) -> dict:
     from app.core.setups import parse_setup
 
@@ -130,8 +136,7 @@ def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | 
         "auto": {"speedup": summ[lab[auto]]["speedup"], "by_category": auto_cat,
                  "ratio_to_best_fixed_by_category": {c: auto_cat.get(c, 0.0) / best_cat[c] for c in cats if best_cat[c]}},
         "predicted_vs_measured": [
-            {"setup": c["setup"], "predicted": c["predicted_speedup"], "measured": c["measured"]["speedup"],
-             "error": c["predicted_speedup"] / c["measured"]["speedup"] - 1.0}
+            {"setup": c["setup"], "predicted": _pred(c), "measured": c["measured"]["speedup"], "error": _pred(c) / c["measured"]["speedup"] - 1.0}
             for c in tune["candidates"] if c.get("measured") and c["measured"].get("speedup")],
         "summary": bench["summary"],
         "tune": {k: tune[k] for k in ("winner", "winners_by_category", "break_even_text", "not_tried", "wall_s", "prompts")},

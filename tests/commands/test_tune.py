@@ -27,6 +27,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     measured = [c for c in cands if c["measured"]]
     assert len(measured) >= 3  # the best three were run for real, beside the baseline
     for c in measured:
+        assert c["predicted_confirmed_speedup"] > 0  # on the prompts the confirmation measured
         m = c["measured"]
         assert m["speedup"] > 0 and m["tokens_per_s"] > 0 and m["runs"] == 3 and m["identical_runs"] == 3  # greedy: same tokens
         assert set(m["by_category"]) == {"coding", "editing", "qa"}

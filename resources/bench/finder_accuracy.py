@@ -1,0 +1,104 @@
+"""How well the setup finder prices fixed setups: its predictions against one interleaved bench of the same setups.
+
+1. The finder's calibration (`python -m app tune`'s first phase: the baseline and a k=24, cstop=0.02 calibration
+   lane of the draft, prompt by prompt) on the prompts;
+2. its pricing of each fixed setup below from those records (app.core.tuning, the curve scaled to the run's
+   verifies as the finder does);
+3. one interleaved `python -m app bench` of the baseline and those setups on the same prompts;
+4. predicted against measured speedup, overall and per category, and the mean and worst error.
+
+The setups mix the rules the finder prices: plain k, cumulative stops (cstop), per-token stops (stop).
+
+    python resources/bench/finder_accuracy.py --prompts resources/bench/palindrome-rename.jsonl \\
+        --json resources/bench/qwen-finder-accuracy.json
+
+Prints the CPU it ran on; the figures of a run live in resources/bench/README.md with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+RULES = ("k=24,cstop=0.5", "k=16,cstop=0.3", "k=8", "k=4", "k=12,stop=0.4", "k=8,stop=0.75", "k=24,stop=0.4", "k=4,cstop=0.5", "k=24")
+
+
+def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float, ...], float | None]:
+    """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale)."""
+    from app.commands.tune import Finder
+
+    args = argparse.Namespace(target=TARGET, draft=[DRAFT], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
+                              minutes=120.0, confirm=0, max_new_tokens=tokens, temperature=0.0, seed=0, no_chat=False, json=None,
+                              quiet=False)
+    f = Finder(args, False)
+    try:
+        f.load()
+        f.calibrate()
+        records = f.records()
+    finally:
+        f.w.close()
+    curve = f.priced_curve(records)
+    return records, curve, f.verify_scale
+
+
+def main() -> int:
+    from app.core.costs import machine_summary
+    from app.core.report import category_speedups
+    from app.core.setups import parse_setup
+    from app.core.tuning import Candidate, price_candidate
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", required=True, help="JSONL file with id, prompt, category")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--dtype", default="int8", help="the draft's precision")
+    ap.add_argument("--json", default="/tmp/finder-accuracy.json")
+    args = ap.parse_args()
+    print(f"machine: {machine_summary()}", flush=True)
+    records, curve, scale = calibrate(args.prompts, args.tokens, args.dtype)
+    drafter = f"draft:{DRAFT},dtype={args.dtype}"
+    setups = [f"draft:{DRAFT},{r},dtype={args.dtype}" for r in RULES]
+    bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
+    cmd = [sys.executable, "-m", "app", "bench", "--target", TARGET, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
+           "--mode", "interleaved", "--json", str(bench)]
+    for s in setups:
+        cmd += ["--setup", s]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    doc = json.loads(bench.read_text())
+    measured = {s["setup"]: s["speedup"] for s in doc["summary"]}
+    by_cat = category_speedups(doc)
+    rows = []
+    for s in setups:
+        p = parse_setup(s)
+        label = p.label
+        priced = price_candidate(Candidate(drafter, s, p.k, getattr(p, "stop", 0.0), getattr(p, "cstop", 0.0)), records, curve)
+        if priced is None or label not in measured:
+            continue
+        cats = {c: dict(predicted=priced.speedup([i for i, x in priced.categories.items() if x == c]), measured=m)
+                for c, m in by_cat.get(label, {}).items()}
+        rows.append(dict(setup=label, predicted=priced.speedup(), measured=measured[label], error=priced.speedup() / measured[label] - 1.0,
+                         by_category=cats))
+    print(f"\nverify scale (this run's verifies over the profile's, above one forward): {scale if scale is None else round(scale, 2)}")
+    print(f"{'setup':<58} {'predicted':>9} {'measured':>9} {'error':>7}")
+    for r in rows:
+        print(f"{r['setup']:<58} {r['predicted']:>8.2f}x {r['measured']:>8.2f}x {r['error']:>+7.1%}")
+        for c, x in r["by_category"].items():
+            print(f"    {c:<54} {x['predicted']:>8.2f}x {x['measured']:>8.2f}x")
+    errs = [abs(r["error"]) for r in rows]
+    print(f"\nmean |error| {sum(errs) / len(errs):.1%}, worst {max(errs):.1%} over {len(rows)} setups")
+    Path(args.json).write_text(json.dumps(dict(machine=machine_summary(), prompts=args.prompts, tokens=args.tokens, verify_scale=scale,
+                                               rows=rows, mean_abs_error=sum(errs) / len(errs), max_abs_error=max(errs)), indent=1))
+    print(f"written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
