@@ -59,6 +59,8 @@ def add_parser(sub) -> None:
     t.add_argument("--minutes", type=float, default=15.0, help="time budget, calibration and confirmation together (default 15)")
     t.add_argument("--confirm", type=int, default=3, help="the best N priced setups confirmed by a real run (default 3), besides "
                    "each category's winner and k=auto")
+    t.add_argument("--calibrate-all", action="store_true", help=f"calibrate every drafter on every prompt (default: a drafter "
+                   f"whose best setup is priced below {DROP_BELOW:g} of another's after {DROP_AFTER} prompts is calibrated no more)")
     t.add_argument("--max-new-tokens", type=int, default=64)
     t.add_argument("--temperature", type=float, default=0.0)
     t.add_argument("--seed", type=int, default=0)
@@ -181,7 +183,6 @@ class Finder:
         self.calibration: Phase | None = None
         self.confirm: Phase | None = None
         self.stopped = ""
-        self.verify_scale: float | None = None
 
     # --- helpers ----------------------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -256,7 +257,7 @@ class Finder:
         # leave the calibration without prompts
         loaded = self.elapsed()
         self.run_phase(self.calibration, "calibration", loaded + max(0.0, self.budget_s - loaded) * CALIBRATION_SHARE,
-                       after_prompt=self.drop_the_outpaced)
+                       after_prompt=None if self.args.calibrate_all else self.drop_the_outpaced)
 
     def drop_the_outpaced(self) -> None:
         """After DROP_AFTER prompts, stop calibrating a drafter whose best priced setup is below DROP_BELOW of
@@ -321,21 +322,21 @@ class Finder:
             out.append(pc)
         return out
 
-    def priced_curve(self, records: list) -> tuple[float, ...]:
-        """The target's verify curve as this run measured it: its profile's, scaled to the calibration lanes'
-        verify times (app.core.tuning.verify_scale); kept in `verify_scale` for the report."""
+    def priced_curve(self, records: list) -> tuple[tuple[float, ...], float | None]:
+        """The target's verify curve as this run measured it — its profile's, scaled to the calibration lanes'
+        verify times — and that scale (app.core.tuning.verify_scale; None: nothing to fit)."""
         from app.core.tuning import scaled, verify_scale
 
         profile = self.verify_curve() or (1.0,)
-        self.verify_scale = verify_scale(records, profile)
-        return scaled(profile, self.verify_scale)
+        s = verify_scale(records, profile)
+        return scaled(profile, s), s
 
     def price(self, records: list, dropped: bool = True) -> list:
         """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
         `dropped` is False."""
         from app.core.tuning import grid, price_candidate, rank
 
-        verify = self.priced_curve(records)
+        verify, _ = self.priced_curve(records)
         out = set(self.calibration.dropped) if dropped and self.calibration is not None else set()
         priced = []
         for i, (d, model) in enumerate(self.drafters, start=1):
@@ -388,7 +389,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     from app.core.setups import parse_setup
     from app.core.tuning import StepPrice, break_even_alpha, break_even_v, why, winners
 
-    verify = f.priced_curve(records)
+    verify, scale = f.priced_curve(records)
     tokens = {r.prompt_id: r.new_tokens for r in records}
     confirmed = {parse_setup(s).label: m for s, m in measured.items()}
 
@@ -467,7 +468,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         "confirmation_s": round(conf.wall_s, 1) if conf else None,
         "verify_curve": list(verify[:33]),
         "profile_verify_curve": list((f.verify_curve() or (1.0,))[:33]),
-        "verify_scale": f.verify_scale,
+        "verify_scale": scale,
         "candidates": cands,
         "priced": len(cands),
         "other_measured": extra,
@@ -519,8 +520,7 @@ def render(doc: dict, top: int = 12) -> str:
         for cat, x in doc["winners_by_category"].items():
             ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
             lines.append(f"  {cat or '(none)':<14} {x['setup']}  predicted {num(x['predicted_speedup'])}x{ms}")
-    if verify_note(doc):
-        lines.append(verify_note(doc))
+    lines += [verify_note(doc)] if verify_note(doc) else []
     if doc["break_even_text"]:
         lines.append("break-even on this machine:")
         lines += [f"  {t}" for t in doc["break_even_text"]]

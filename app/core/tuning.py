@@ -378,8 +378,9 @@ def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], li
 def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float | None:
     """How much dearer this run's verifies were than the cost profile says: the s of V'(n) = 1 + s·(V(n) − 1) that
     fits the calibration lanes' measured verify times (over the baseline's one-token forward on the same prompt,
-    summed over every decode step that verified more than one token). None: no such step. A profile measured on a
-    busier (or quieter) machine than this run's is so corrected with this run's own measurements."""
+    summed over every decode step that verified more than one token). None: no such step, or a fit that is not
+    positive — verifies reading cheaper than one forward are timing noise (tiny models), not a cost curve. A profile
+    measured on a busier (or quieter) machine than this run's is so corrected with this run's own measurements."""
     num = den = 0.0
     for pc in prompts:
         if pc.base_step_s <= 0:
@@ -389,12 +390,12 @@ def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float
                 if s.offered and s.verify_s > 0:
                     num += s.verify_s / pc.base_step_s - 1.0
                     den += verify_at(verify, s.offered + 1) - 1.0
-    return num / den if den > 0 else None
+    return num / den if den > 0 and num > 0 else None
 
 
 def scaled(verify: Sequence[float], s: float | None) -> tuple[float, ...]:
     """The verify curve with its cost above one forward scaled by s (:func:`verify_scale`); as it is for None."""
-    return tuple(verify) if s is None else tuple(1.0 + max(0.0, s) * (v - 1.0) for v in verify)
+    return tuple(verify) if s is None else tuple(1.0 + s * (v - 1.0) for v in verify)
 
 
 def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float]) -> Priced | None:

@@ -280,8 +280,7 @@ class TuneDialog(QDialog):
             ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
             lines.append(f"{cat or '(none)'}: {x['setup']} (predicted {_num(x.get('predicted_speedup'))}x{ms})")
         lines += [f"break-even: {t}" for t in doc.get("break_even_text", [])]
-        if verify_note(doc):
-            lines.append(verify_note(doc))
+        lines += [verify_note(doc)] if verify_note(doc) else []
         if doc.get("not_tried"):
             lines.append("not tried: " + "; ".join(doc["not_tried"]))
         self.summary.setPlainText("\n".join(lines))

@@ -36,7 +36,7 @@ def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float,
     from app.commands.tune import Finder
 
     args = argparse.Namespace(target=TARGET, draft=[DRAFT], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
-                              minutes=120.0, confirm=0, max_new_tokens=tokens, temperature=0.0, seed=0, no_chat=False, json=None,
+                              minutes=120.0, confirm=0, calibrate_all=True, max_new_tokens=tokens, temperature=0.0, seed=0, no_chat=False, json=None,
                               quiet=False)
     f = Finder(args, False)
     try:
@@ -45,8 +45,8 @@ def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float,
         records = f.records()
     finally:
         f.w.close()
-    curve = f.priced_curve(records)
-    return records, curve, f.verify_scale
+    curve, scale = f.priced_curve(records)
+    return records, curve, scale
 
 
 def main() -> int:

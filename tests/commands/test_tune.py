@@ -19,8 +19,8 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["priced"] == len(cands) > 5  # distinct behaviours only (identical ones deduplicated)
     preds = [c["predicted_speedup"] for c in cands]
     assert preds == sorted(preds, reverse=True) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
-    dropped = [t.split(":", 1)[0] for t in doc["not_tried"] if "calibration stopped after 2 prompts" in t]
-    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram"} - set(dropped)  # a drafter far behind: dropped
+    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram"}
+    assert not any("calibration stopped" in t for t in doc["not_tried"])  # --calibrate-all: no drafter dropped
     assert all("dtype=int8" in c["setup"] for c in cands if c["setup"].startswith("draft"))  # --dtypes int8
     for c in cands:
         assert parse_setup(c["setup"]).label == c["setup"] and c["why"]
@@ -41,8 +41,11 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert len(doc["verify_curve"]) == 33 and doc["verify_curve"][0] == 1.0
     # priced with this run's verifies: the profile's curve scaled to what the calibration lanes measured
     s = doc["verify_scale"]
-    assert s > 0 and doc["verify_curve"][8] == pytest.approx(1 + s * (doc["profile_verify_curve"][8] - 1))
-    assert "verify cost: this run's verifies cost" in out
+    if s is None:  # the tiny models' verifies can read cheaper than one forward (timing noise): the profile as it is
+        assert doc["verify_curve"] == doc["profile_verify_curve"] and "verify cost:" not in out
+    else:
+        assert s > 0 and doc["verify_curve"][8] == pytest.approx(1 + s * (doc["profile_verify_curve"][8] - 1))
+        assert "verify cost: this run's verifies cost" in out
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
@@ -78,7 +81,7 @@ def test_a_drafter_far_behind_is_calibrated_no_more():
         return PromptCal(pid, "code", 49, 5.8, 1.0, 0.1, 0.0, lanes)
 
     f = Finder.__new__(Finder)
-    f.drafters, f.quiet, f.verify_scale = [("draft:a", True), ("draft:b", True), ("ngram:n=3", False)], True, None
+    f.drafters, f.quiet = [("draft:a", True), ("draft:b", True), ("ngram:n=3", False)], True
     f.calibration = Phase(None, None, prompts_done=["p1"])
     f.verify_curve = lambda: flat
     f.records = lambda: [rec(p) for p in f.calibration.prompts_done]

@@ -168,6 +168,8 @@ def test_the_verify_curve_is_scaled_to_the_runs_own_verifies():
     curve = scaled(FLAT, 2.0)
     assert curve[0] == 1.0 and curve[8] == pytest.approx(1 + 2 * (FLAT[8] - 1)) and scaled(FLAT, None) == FLAT
     assert verify_scale([prompt([CalStep(0, 0)] * 3)], FLAT) is None  # nothing verified: nothing to fit
+    noise = [prompt([CalStep(4, 3, (0.9,) * 4, verify_s=0.08)] * 3)]  # 4 drafts verified faster than one forward
+    assert verify_scale(noise, FLAT) is None
     cand = Candidate("draft:d", "draft:d,k=4", 4)
     cheap, dear = price_candidate(cand, recs, FLAT), price_candidate(cand, recs, curve)
     assert dear.units - cheap.units == pytest.approx(FLAT[4] - 1) and dear.speedup() < cheap.speedup()
