@@ -4,8 +4,9 @@
    each precision tried, n-gram lookup) run interleaved, prompt by prompt, categories in turn. Each calibration lane
    drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every step's draft confidences and the target's
    verdict (app.core.tuning).
-2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; lookup × k) is priced from those
-   records with the target's cost profile — per prompt, per category and overall. No model runs in this phase.
+2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; static token trees of each
+   draft, from the ranks its chain recorded where the target corrected it; lookup × k) is priced from those records
+   with the target's cost profile — per prompt, per category and overall. No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
    drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows).
 
@@ -32,10 +33,10 @@ from app.core.errors import SetupError
 
 __all__ = ["add_parser", "run", "render", "verify_note", "KINDS", "PRICED_KINDS"]
 
-#: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts); trees and ReDrafter heads are
-#: named in the output as not tried
+#: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
+#: the draft's chain calibration); ReDrafter heads are named in the output as not tried
 KINDS = ("draft", "ngram", "tree", "redrafter")
-PRICED_KINDS = ("draft", "ngram")
+PRICED_KINDS = ("draft", "ngram", "tree")
 #: share of the budget the calibration may take (the rest confirms)
 CALIBRATION_SHARE = 0.5
 #: a drafter whose best priced setup is below DROP_BELOW of another's after DROP_AFTER prompts is calibrated no more
@@ -50,8 +51,8 @@ def add_parser(sub) -> None:
     t.add_argument("--target", required=True, help="engine name (see `engines`)")
     t.add_argument("--draft", action="append", metavar="ENGINE", help="draft model engine, repeatable (default: the engines "
                    "sharing the target's tokenizer and backend that are smaller than it)")
-    t.add_argument("--kinds", default="draft,ngram", help=f"drafter kinds to try, comma-separated, of {', '.join(KINDS)} "
-                   "(default draft,ngram)")
+    t.add_argument("--kinds", default="draft,ngram,tree", help=f"drafter kinds to try, comma-separated, of {', '.join(KINDS)} "
+                   "(default draft,ngram,tree: static token trees are priced from the draft's chain calibration)")
     t.add_argument("--dtypes", default=None, help="draft precisions to try for PyTorch drafts (default int8 and the draft's own)")
     t.add_argument("--suite", help="built-in suite: " + ", ".join(list_suites()) + " (default specbench)")
     t.add_argument("--prompts", help="JSONL file with id, prompt[, category]")
@@ -93,11 +94,12 @@ def default_drafts(target_manifest) -> list[str]:
 
 
 def drafters(target_manifest, drafts: list[str], kinds: tuple[str, ...], dtypes: str | None) -> list[tuple[str, bool]]:
-    """(drafter, is a model) for every drafter tried: `draft:<engine>[,dtype=…]` per draft and precision, `ngram`."""
+    """(drafter, is a model) for every drafter tried: `draft:<engine>[,dtype=…]` per draft and precision (a chain
+    calibration prices its chains and, with kind `tree`, its static trees), `ngram`."""
     from app.engines.registry import resolve
 
     out: list[tuple[str, bool]] = []
-    if "draft" in kinds:
+    if "draft" in kinds or "tree" in kinds:
         if not drafts:
             raise SetupError(f"no draft model for {target_manifest.name}: no other engine shares its tokenizer and backend",
                              fix="name one with --draft ENGINE, or try --kinds ngram")
@@ -174,7 +176,7 @@ class Finder:
         drafts = args.draft if args.draft else (default_drafts(self.target) if "draft" in self.kinds else [])
         self.drafters = drafters(self.target, drafts, self.kinds, args.dtypes)
         if not self.drafters:
-            raise SetupError("nothing to try", fix="--kinds draft,ngram (trees and ReDrafter heads are not priced by the finder yet)")
+            raise SetupError("nothing to try", fix="--kinds draft,ngram,tree (ReDrafter heads are not priced by the finder yet)")
         self.sampling = Sampling(args.temperature, 1.0, 0, args.seed, args.max_new_tokens).validated()
         self.chat = not args.no_chat
         self.w = WorkerRun(quiet)
@@ -310,7 +312,7 @@ class Finder:
                     q = tuple(ev.draft_probs or ()) if model else ()
                     n = len(ev.drafted_ids)
                     open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
-                    cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s)
+                    cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None)
                     if ev.step == 0:
                         step0 = cs if n else None
                     else:
@@ -334,7 +336,7 @@ class Finder:
     def price(self, records: list, dropped: bool = True) -> list:
         """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
         `dropped` is False."""
-        from app.core.tuning import grid, price_candidate, rank
+        from app.core.tuning import grid, price_candidate, rank, tree_grid
 
         verify, _ = self.priced_curve(records)
         out = set(self.calibration.dropped) if dropped and self.calibration is not None else set()
@@ -342,11 +344,36 @@ class Finder:
         for i, (d, model) in enumerate(self.drafters, start=1):
             if i in out:
                 continue
-            for cand in grid(d, model):
-                p = price_candidate(cand, records, verify)
+            cands = grid(d, model) if "draft" in self.kinds or not model else []
+            cands += tree_grid(d) if model and "tree" in self.kinds and self.tree_capable(d) else []
+            curve = self.draft_curve(d) if model else None
+            for cand in cands:
+                p = price_candidate(cand, records, verify, curve)
                 if p is not None:
                     priced.append(p)
         return rank(priced)
+
+    def draft_curve(self, drafter: str) -> tuple[float, ...] | None:
+        """A model drafter's own cost curve (its forward over n tokens over one), from its cost profile at the
+        precision the drafter runs (None: no profile: the finder then prices a tree's wider draft forwards with the
+        target's curve)."""
+        from app.engines.registry import resolve
+
+        engine, _, rest = drafter.removeprefix("draft:").partition(",")
+        dtype = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv).get("dtype")
+        mine = [p for p in self.profiles if p.engine == engine]
+        if not mine:
+            return None
+        want = dtype or resolve(engine).dtype
+        got = [p for p in mine if p.precision == want] or (mine if len(mine) == 1 else [])
+        return got[0].curve(40) if got else None
+
+    def tree_capable(self, drafter: str) -> bool:
+        """Whether the target and this drafter's engine can verify and draft token trees (hf and llamacpp)."""
+        from app.engines.registry import resolve
+
+        engine = drafter.removeprefix("draft:").partition(",")[0]
+        return self.target.backend in ("hf", "llamacpp") and resolve(engine).backend in ("hf", "llamacpp")
 
     def confirm_setups(self, ranked: list) -> list[str]:
         from app.core.tuning import winners
@@ -388,6 +415,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     from app.core.costs import machine_summary
     from app.core.setups import parse_setup
     from app.core.tuning import StepPrice, break_even_alpha, break_even_v, why, winners
+    from app.speculative.drafters import ALTS
 
     verify, scale = f.priced_curve(records)
     tokens = {r.prompt_id: r.new_tokens for r in records}
@@ -405,8 +433,8 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         m = confirmed.get(label(p.candidate.setup))
         pred_wall = sum(p.pred_wall_s.values())
         cands.append(dict(
-            rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, k=p.candidate.k, stop=p.candidate.stop,
-            cstop=p.candidate.cstop, predicted_speedup=p.speedup(),
+            rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, kind=p.candidate.kind, k=p.candidate.k,
+            stop=p.candidate.stop, cstop=p.candidate.cstop, shape=list(p.candidate.shape) or None, predicted_speedup=p.speedup(),
             # the prediction on the prompts the confirmation measured (it may have run out of time before all of them)
             predicted_confirmed_speedup=p.speedup(on_confirmed) if m and on_confirmed else None,
             predicted_tokens_per_s=sum(tokens[x] for x in p.pred_wall_s) / pred_wall if pred_wall > 0 else None,
@@ -440,13 +468,17 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
                          f"{d} (c {c:.2f}) cannot beat {what} here even if every draft were accepted")
     if winner and ranked:
         wp = next((p for p in ranked if label(p.candidate.setup) == winner[1]), ranked[0])
-        if wp.alpha is not None and wp.candidate.k:
+        if wp.alpha is not None and wp.candidate.k and not wp.candidate.shape:
             price = StepPrice(tuple(verify), c=wp.c, o=wp.o, o_base=o_base)
             k = wp.candidate.k
             v_need = break_even_v(wp.alpha, k, price, beat_w * 1.1)
             lines.append(f"for {label(wp.candidate.setup)} to gain another 10 % at its α {wp.alpha:.2f}, verifying {k + 1} tokens would have "
                          f"to cost V({k + 1}) ≤ {v_need:.2f} (it costs {price.v(k + 1):.2f} here)")
-    not_tried = [f"{k}: the finder prices chains of drafts; try tree:/redrafter: lanes by hand" for k in f.kinds if k not in PRICED_KINDS]
+    not_tried = [f"{k}: the finder prices chains of drafts, lookups and static token trees; try redrafter: lanes by hand"
+                 for k in f.kinds if k not in PRICED_KINDS]
+    if "tree" in f.kinds:
+        not_tried.append(f"dynamic trees (tree: without a shape: the draft's choices depend on branches a chain calibration "
+                         f"never sees) and static trees wider than {ALTS} at a level: try them by hand")
     cal, conf = f.calibration, f.confirm
     not_tried += list(cal.dropped.values()) if cal is not None else []
     if cal is not None and len(cal.prompts_done) < len(f.prompts):

@@ -113,6 +113,8 @@ class StepFacts:
         why: the drafting policy's reason for this step's k (k=auto: predicted gain), for tooltips.
         tree: the token tree verified (tree drafting): then `drafted_count` is its node count and `drafted_ids` the
             accepted path and the rejected line below it (see StepEvent.tree).
+        correction_rank: where the target rejected a draft, its token's rank among the draft's best tokens there
+            (see StepEvent.correction_rank).
     """
 
     emitted: Sequence[int]
@@ -130,6 +132,7 @@ class StepFacts:
     target_probs: ProbsArg = None
     why: str = ""
     tree: TreeStep | None = None
+    correction_rank: int | None = None
 
 
 class LaneRecorder:
@@ -253,6 +256,8 @@ class LaneRecorder:
             drafted_count=k if (k and (not f.drafted_ids or tree is not None)) else None,
             why=f.why,
             tree=tree,
+            # only where the step still ends on the target's correction (not cut at an EOS or the token limit)
+            correction_rank=f.correction_rank if target_id is not None and a == f.accepted < k else None,
         )
         self.acc.add(ev)
         if tree is not None:

@@ -76,6 +76,10 @@ class StepEvent:
         tree: the token tree verified this step (tree drafting), else None. Then k_t (`drafted_count`) is its node
             count, accepted_count the accepted path's length, and drafted_ids the accepted path followed by the
             draft's first choices below it (the rejected line shown inline).
+        correction_rank: a chain step the target corrected, drafted by a greedy draft model: the rank of the target's
+            token among the draft's ALTS best tokens at the rejected position (2: the draft's second choice; 0: not
+            among them); None otherwise. What a token tree that wide there would have caught: the setup finder
+            prices static trees with it (app.core.tuning).
     """
 
     lane_id: str
@@ -96,6 +100,7 @@ class StepEvent:
     drafted_count: int | None = None
     why: str = ""
     tree: TreeStep | None = None
+    correction_rank: int | None = None
 
     @property
     def k(self) -> int:

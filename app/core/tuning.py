@@ -57,6 +57,10 @@ __all__ = [
     "replay_step",
     "price_candidate",
     "grid",
+    "tree_grid",
+    "tree_nodes",
+    "replay_tree",
+    "TREE_SHAPES",
     "rank",
     "winners",
     "expected_tokens",
@@ -129,6 +133,9 @@ class CalStep:
     open_end: bool = True
     #: the target's measured verify of this step (offered + 1 tokens), seconds; 0 when unknown
     verify_s: float = 0.0
+    #: where the target rejected a draft: its token's rank among the draft's best there (StepEvent.correction_rank;
+    #: 0: below them); None: unknown, or nothing rejected
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,7 @@ class Candidate:
 
     Attributes:
         drafter: the calibration lane's drafter name (its setup without k/stop/cstop, e.g. `draft:qwen…,dtype=int8`
-            or `ngram`); setup: the setup string this candidate runs as.
+            or `ngram`); setup: the setup string this candidate runs as (a tree's: `tree:qwen…,shape=3x1x1,…`).
     """
 
     drafter: str
@@ -188,10 +195,13 @@ class Candidate:
     k: int
     stop: float = 0.0
     cstop: float = 0.0
+    #: a static token tree's branch counts per depth (k: its depth), priced from the same chain calibration
+    #: (:func:`replay_tree`); () for a chain
+    shape: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
-        return self.drafter.split(":", 1)[0]
+        return "tree" if self.shape else self.drafter.split(":", 1)[0]
 
 
 def replay_step(s: CalStep, k: int, stop: float = 0.0, cstop: float = 0.0) -> tuple[int, int, bool]:
@@ -219,12 +229,15 @@ class Position:
         kept: the target kept the draft's token here.
         after: where it was rejected: the confidences of the drafts the calibration made past it (their cost only).
         more: the calibration's proposal went on past `after` (it ended on its k or cumulative stop, not an EOS).
+        rank: the true token's rank among the draft's best tokens here: 1 where kept; where rejected the target's
+            token's (0: below the draft's best ALTS; None: not recorded) — what a token tree that wide would catch.
     """
 
     q: float | None
     kept: bool
     after: tuple[float, ...] = ()
     more: bool = False
+    rank: int | None = None
 
 
 def positions(lane: LaneCal) -> list[Position]:
@@ -235,9 +248,9 @@ def positions(lane: LaneCal) -> list[Position]:
         out.append(Position(None, True))
     for s in ([lane.step0] if lane.step0 is not None else []) + list(lane.steps):
         a = min(s.accepted, len(s.q))
-        out.extend(Position(q, True) for q in s.q[:a])
+        out.extend(Position(q, True, rank=1) for q in s.q[:a])
         if a < s.offered and a < len(s.q):
-            out.append(Position(s.q[a], False, tuple(s.q[a + 1:]), s.open_end))
+            out.append(Position(s.q[a], False, tuple(s.q[a + 1:]), s.open_end, s.rank))
         else:
             out.append(Position(None, True))
     return out
@@ -290,16 +303,56 @@ def replay_positions(seq: Sequence[Position], k: int, stop: float, cstop: float,
     return out
 
 
-def _first_rate(seq: Sequence[Position]) -> float:
-    """How often a step's first draft was kept in the calibration, with a weak prior of 0.5."""
+def _caught(pos: Position, width: int) -> bool:
+    """Whether a tree level of `width` branches holds the true token at this position: kept there, or the target's
+    token among the draft's best `width` (an unrecorded rank counts as missed)."""
+    return pos.kept or (pos.rank is not None and 0 < pos.rank <= width)
+
+
+def _first_rate(seq: Sequence[Position], width: int = 1) -> float:
+    """How often a step's first draft was kept in the calibration (`width` > 1: how often the true token was among
+    the draft's best `width` there), with a weak prior of 0.5."""
     kept, n = 0.5, 1.0
     prev_end = True
     for pos in seq:
         if prev_end and pos.q is not None:
             n += 1
-            kept += pos.kept
+            kept += _caught(pos, width)
         prev_end = pos.q is None or not pos.kept
     return kept / n
+
+
+def tree_nodes(shape: Sequence[int]) -> tuple[int, list[int]]:
+    """A static tree's node count and the tokens of each draft forward that builds it: the root's context (1), then
+    each level but the last (every node of a level is fed to draft its children)."""
+    levels, n = [], 1
+    for b in shape:
+        n *= b
+        levels.append(n)
+    return sum(levels), [1, *levels[:-1]]
+
+
+def replay_tree(seq: Sequence[Position], shape: Sequence[int], first_rate: float, start: int = 0) -> list[tuple[int, float]]:
+    """A static token tree (branch counts per depth, every node of a level expanded: app.speculative.tree_drafter)
+    run over the answer's positions: (nodes, accepted) per step. With greedy decoding the tree holds the true path to
+    depth d exactly when the true token at each of its first d positions is among the draft's best `shape[i]` there
+    given the true prefix — kept by the calibration (rank 1) or the target's correction ranked that high by the draft
+    (Position.rank). A step that reaches a bonus position ends there; one that starts at one is kept at
+    `first_rate` (the calibration's first positions caught by the root's width: :func:`_first_rate`)."""
+    nodes, _ = tree_nodes(shape)
+    out: list[tuple[int, float]] = []
+    p, n = start, len(seq)
+    while p < n:
+        a = 0
+        while a < len(shape) and p + a < n and seq[p + a].q is not None and _caught(seq[p + a], shape[a]):
+            a += 1
+        if a == 0 and seq[p].q is None:
+            out.append((nodes, first_rate))
+            p += 1
+        else:
+            out.append((nodes, float(a)))
+            p += a + 1
+    return out
 
 
 def _tail_alpha(steps: Iterable[CalStep]) -> float:
@@ -348,8 +401,16 @@ class Priced:
 
 def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], list[tuple[int, float]]]:
     """The candidate's step 0 and decode steps as (drafted, accepted) on one calibration lane: a model drafter's
-    replayed position by position (:func:`replay_positions`), a lookup's proposal by proposal (:func:`replay_step`,
-    drafts past a proposal paid in full and accepted at the calibration's tail rate)."""
+    replayed position by position (:func:`replay_positions`; a tree's: :func:`replay_tree`, drafted = its nodes),
+    a lookup's proposal by proposal (:func:`replay_step`, drafts past a proposal paid in full and accepted at the
+    calibration's tail rate)."""
+    if cand.shape:
+        seq = positions(lane)
+        rate = _first_rate(seq, cand.shape[0])
+        if lane.step0 is None:
+            return (0, 0.0), replay_tree(seq, cand.shape, rate, start=1)
+        steps = replay_tree(seq, cand.shape, rate)
+        return steps[0], steps[1:]
     if any(s.q for s in lane.steps) or (lane.step0 is not None and lane.step0.q):
         seq = positions(lane)
         rate = _first_rate(seq)
@@ -398,13 +459,17 @@ def scaled(verify: Sequence[float], s: float | None) -> tuple[float, ...]:
     return tuple(verify) if s is None else tuple(1.0 + s * (v - 1.0) for v in verify)
 
 
-def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float]) -> Priced | None:
+def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float],
+                    draft_curve: Sequence[float] | None = None) -> Priced | None:
     """Predict a candidate's wall per prompt from its drafter's calibration lanes (None: no lane for it).
 
     c and o come from the calibration lanes (measured draft forward and per-step overhead, over the baseline's decode
     step on the same prompt), V is the curve given (the finder's: the target's profile, :func:`scaled` to this run).
     Step 0 is the calibration lane's prefill with its own first proposal's drafting replaced by the candidate's;
-    the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`)."""
+    the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`). A tree's step verifies all its
+    nodes, V(nodes + 1) — a tree mask costs as a causal forward of as many tokens, which the confirmation checks —
+    and drafts them in one forward per level, each c·D(n) for n tokens fed, D the draft's own curve (`draft_curve`,
+    its forward over n tokens over one token; default the target's V)."""
     pred: dict[str, float] = {}
     base: dict[str, float] = {}
     cats: dict[str, str] = {}
@@ -422,12 +487,22 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         os_.append(price.o)
         (d0, a0), steps = _decode_steps(cand, lane)
         tok = sum(a + 1 for _, a in steps)
-        units = sum(price.units(d, d if lane.draft_s_per_forward > 0 else 0) for d, _ in steps)
+        if cand.shape:
+            _, feeds = tree_nodes(cand.shape)
+            fw = sum(verify_at(tuple(draft_curve or verify), f) for f in feeds)  # the tree's draft forwards, in c
+            units = sum(price.v(d + 1) + fw * c + price.o for d, _ in steps)
+        else:
+            fw = 0.0
+            units = sum(price.units(d, d if lane.draft_s_per_forward > 0 else 0) for d, _ in steps)
         tot_acc += sum(a for _, a in steps)
         tot_dr += sum(d for d, _ in steps)
         prefill = lane.prefill_s
         if lane.step0 is not None:  # its drafts were verified with the prompt: each cost a draft forward and a token
-            prefill -= (lane.step0.offered - d0) * (lane.draft_s_per_forward + price.marginal_verify() * t1)
+            per_draft = lane.draft_s_per_forward + price.marginal_verify() * t1
+            if cand.shape:  # the calibration's chain out, the tree in
+                prefill += fw * lane.draft_s_per_forward + d0 * price.marginal_verify() * t1 - lane.step0.offered * per_draft
+            else:
+                prefill -= (lane.step0.offered - d0) * per_draft
         decode = 0.0
         if steps:
             decode = max(0.0, pc.new_tokens - (a0 + 1.0)) * (units / tok) * t1
@@ -469,6 +544,31 @@ def grid(drafter: str, model: bool, ks: Sequence[int] = GRID_K) -> list[Candidat
         for st in GRID_STOP[1:]:
             out.append(Candidate(drafter, f"{head},k={k},stop={_fmt(st)}{tail}", k, st, 0.0))
     return out
+
+
+def _tree_shapes(max_nodes: int = 32) -> tuple[tuple[int, ...], ...]:
+    """The static trees the finder prices: the root's best 2–4 tokens, 1 or 2 below each, then a chain of one-child
+    levels, depth 2–8, at most `max_nodes` nodes (the cost profiles measure forwards up to 33 tokens)."""
+    out = []
+    for w1 in (2, 3, 4):
+        for w2 in (1, 2):
+            for depth in (2, 3, 4, 6, 8):
+                shape = (w1, w2, *(1,) * (depth - 2))
+                if tree_nodes(shape)[0] <= max_nodes:
+                    out.append(shape)
+    return tuple(out)
+
+
+#: the static tree shapes the finder prices for each model drafter (`--kinds tree`)
+TREE_SHAPES = _tree_shapes()
+
+
+def tree_grid(drafter: str, shapes: Sequence[tuple[int, ...]] = TREE_SHAPES) -> list[Candidate]:
+    """The static token trees of one model drafter (`draft:<engine>[,…]`) the finder prices, as `tree:` setups
+    (app.lanes.tree) priced from the drafter's chain calibration."""
+    engine, _, rest = drafter.removeprefix("draft:").partition(",")
+    tail = f",{rest}" if rest else ""
+    return [Candidate(drafter, f"tree:{engine},shape={'x'.join(map(str, s))}{tail}", len(s), shape=tuple(s)) for s in shapes]
 
 
 def rank(priced: Iterable[Priced], prompt_ids: Iterable[str] | None = None) -> list[Priced]:

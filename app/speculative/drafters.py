@@ -10,7 +10,10 @@ import torch
 from app.speculative.policy import AutoK, Calibration, StepTiming, recall, remember
 from app.speculative.verifier import sample, warp
 
-__all__ = ["DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
+__all__ = ["ALTS", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
+
+#: a greedy draft model's best tokens recorded at each drafted position (Proposal.alts)
+ALTS = 4
 
 
 @dataclass
@@ -43,7 +46,9 @@ class Proposal:
     """ids: drafted tokens; q: their draft distributions [k, V] when sampled from a model (else None);
     q_drafted: q(d_i) per token when known (tooltips); forwards: draft model forward passes spent;
     why: the reason for this k (k=auto), for tooltips; parents: for a token tree, each token's parent index
-    (−1: the last token of the sequence; see app.speculative.tree), None for a chain."""
+    (−1: the last token of the sequence; see app.speculative.tree), None for a chain; alts: a greedy draft model's
+    ALTS best tokens at each drafted position, best (its draft) first — where the target rejects a draft, the rank of
+    the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank)."""
 
     ids: list[int]
     q: torch.Tensor | None = None
@@ -51,6 +56,7 @@ class Proposal:
     forwards: int = 0
     why: str = ""
     parents: list[int] | None = None
+    alts: list[tuple[int, ...]] | None = None
 
 
 class Drafter(Protocol):
@@ -279,6 +285,7 @@ class DraftModelDrafter:
         drafted: list[int] = []
         qs: list[torch.Tensor] = []
         q_drafted: list[float] = []
+        alts: list[tuple[int, ...]] = []  # greedy: the draft's best tokens at each position (Proposal.alts)
         cum: list[float] = []  # auto: P(first j drafts all accepted)
         forwards = 0
         p_all = 1.0
@@ -294,6 +301,7 @@ class DraftModelDrafter:
             else:
                 tok = int(logits.argmax())
                 q_drafted.append(float(logits.softmax(-1)[tok]))
+                alts.append(tuple(dict.fromkeys([tok, *logits.topk(ALTS).indices.tolist()]))[:ALTS])
             drafted.append(tok)
             p_all *= q_drafted[-1]
             if auto is not None:
@@ -313,9 +321,9 @@ class DraftModelDrafter:
             keep = auto.best_k(cum)
             why = auto.explain(cum, keep)
             self._dropped = cum[0] if cum and not keep else None
-            drafted, q_drafted, qs = drafted[:keep], q_drafted[:keep], qs[:keep]
+            drafted, q_drafted, qs, alts = drafted[:keep], q_drafted[:keep], qs[:keep], alts[:keep]
             self._scores = list(q_drafted)
-        return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why)
+        return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why, alts=alts or None)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         if self.auto is not None:

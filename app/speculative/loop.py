@@ -133,10 +133,12 @@ class LoopRunner:
                 cols.append(target_id)
             return probs[rows, cols].tolist() if rows else []
 
+        alts = prop.alts[a] if prop.alts and a < min(k, len(prop.alts)) else None
         ev = rec.step(StepFacts(
             [*drafted[:a], verdict.target_id],
             accepted=a,
             drafted_ids=drafted,
+            correction_rank=(alts.index(verdict.target_id) + 1 if verdict.target_id in alts else 0) if alts else None,
             t_draft_s=t1 - t0,
             t_verify_s=t2 - t1,
             t_start=t0,

@@ -98,7 +98,7 @@ class TuneDialog(QDialog):
         kinds = QHBoxLayout()
         self.kind_checks: dict[str, QCheckBox] = {}
         for k, on, tip in (("draft", True, "draft models: k × stop × cstop"), ("ngram", True, "prompt lookup: k"),
-                           ("tree", False, "not priced by the finder yet: try tree: lanes by hand"),
+                           ("tree", True, "static token trees (e.g. 3x1x1) of each draft, priced from its chain calibration"),
                            ("redrafter", False, "not priced by the finder yet: try redrafter: lanes by hand")):
             cb = QCheckBox(k)
             cb.setChecked(on)

@@ -7,7 +7,8 @@
 3. one interleaved `python -m app bench` of the baseline and those setups on the same prompts;
 4. predicted against measured speedup, overall and per category, and the mean and worst error.
 
-The setups mix the rules the finder prices: plain k, cumulative stops (cstop), per-token stops (stop).
+The setups mix the rules the finder prices: plain k, cumulative stops (cstop), per-token stops (stop), and static
+token trees (`tree:…,shape=…`, priced from the ranks the chain calibration recorded where the target corrected it).
 
     python resources/bench/finder_accuracy.py --prompts resources/bench/palindrome-rename.jsonl \\
         --json resources/bench/qwen-finder-accuracy.json
@@ -29,10 +30,12 @@ sys.path.insert(0, str(ROOT))
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 RULES = ("k=24,cstop=0.5", "k=16,cstop=0.3", "k=8", "k=4", "k=12,stop=0.4", "k=8,stop=0.75", "k=24,stop=0.4", "k=4,cstop=0.5", "k=24")
+TREES = ("2x1x1x1", "2x2x1", "3x1x1", "3x2x1", "4x1x1x1x1x1", "2x2x1x1x1x1")
 
 
-def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float, ...], float | None]:
-    """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale)."""
+def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None]:
+    """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale, the draft's own
+    cost curve)."""
     from app.commands.tune import Finder
 
     args = argparse.Namespace(target=TARGET, draft=[DRAFT], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
@@ -46,7 +49,7 @@ def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float,
     finally:
         f.w.close()
     curve, scale = f.priced_curve(records)
-    return records, curve, scale
+    return records, curve, scale, f.draft_curve(f"draft:{DRAFT},dtype={dtype}")
 
 
 def main() -> int:
@@ -59,12 +62,15 @@ def main() -> int:
     ap.add_argument("--prompts", required=True, help="JSONL file with id, prompt, category")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--dtype", default="int8", help="the draft's precision")
+    ap.add_argument("--rules", default=";".join(RULES), help="chain rules, ;-separated (default: the nine above)")
+    ap.add_argument("--trees", default=",".join(TREES), help="static tree shapes, comma-separated ('' for none)")
     ap.add_argument("--json", default="/tmp/finder-accuracy.json")
     args = ap.parse_args()
     print(f"machine: {machine_summary()}", flush=True)
-    records, curve, scale = calibrate(args.prompts, args.tokens, args.dtype)
+    records, curve, scale, draft_curve = calibrate(args.prompts, args.tokens, args.dtype)
     drafter = f"draft:{DRAFT},dtype={args.dtype}"
-    setups = [f"draft:{DRAFT},{r},dtype={args.dtype}" for r in RULES]
+    setups = [f"draft:{DRAFT},{r},dtype={args.dtype}" for r in args.rules.split(";") if r]
+    setups += [f"tree:{DRAFT},shape={t},dtype={args.dtype}" for t in args.trees.split(",") if t]
     bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
     cmd = [sys.executable, "-m", "app", "bench", "--target", TARGET, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
            "--mode", "interleaved", "--json", str(bench)]
@@ -79,7 +85,9 @@ def main() -> int:
     for s in setups:
         p = parse_setup(s)
         label = p.label
-        priced = price_candidate(Candidate(drafter, s, p.k, getattr(p, "stop", 0.0), getattr(p, "cstop", 0.0)), records, curve)
+        shape = tuple(int(b) for b in p.shape.split("x")) if getattr(p, "shape", None) else ()
+        cand = Candidate(drafter, s, len(shape) if shape else p.k, getattr(p, "stop", 0.0), getattr(p, "cstop", 0.0), shape)
+        priced = price_candidate(cand, records, curve, draft_curve)
         if priced is None or label not in measured:
             continue
         cats = {c: dict(predicted=priced.speedup([i for i, x in priced.categories.items() if x == c]), measured=m)

@@ -19,7 +19,9 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["priced"] == len(cands) > 5  # distinct behaviours only (identical ones deduplicated)
     preds = [c["predicted_speedup"] for c in cands]
     assert preds == sorted(preds, reverse=True) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
-    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram"}
+    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram", "tree"}
+    trees = [c for c in cands if c["kind"] == "tree"]
+    assert all(c["shape"] and parse_setup(c["setup"]).shape == "x".join(map(str, c["shape"])) for c in trees)
     assert not any("calibration stopped" in t for t in doc["not_tried"])  # --calibrate-all: no drafter dropped
     assert all("dtype=int8" in c["setup"] for c in cands if c["setup"].startswith("draft"))  # --dtypes int8
     for c in cands:
@@ -37,7 +39,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
         [c["measured"]["speedup"] for c in measured] + [e["measured"]["speedup"] for e in doc["other_measured"]])
     assert set(doc["winners_by_category"]) == {"coding", "editing", "qa"}
     assert doc["break_even_text"] and all("beat" in t or "V(" in t for t in doc["break_even_text"])
-    assert any(t.startswith("tree:") for t in doc["not_tried"])  # asked for, not priced: said
+    assert any(t.startswith("dynamic trees") for t in doc["not_tried"])  # asked for, not priced: said
     assert len(doc["verify_curve"]) == 33 and doc["verify_curve"][0] == 1.0
     # priced with this run's verifies: the profile's curve scaled to what the calibration lanes measured
     s = doc["verify_scale"]
@@ -52,7 +54,8 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
 
 
 def test_the_drafters_tried_by_default(tiny_pair):
-    """Each PyTorch draft on a CPU at int8 and at its own precision, then n-gram lookup; trees are not priced."""
+    """Each PyTorch draft on a CPU at int8 and at its own precision, then n-gram lookup; a draft's static trees are
+    priced from its chain calibration, so `--kinds tree` alone calibrates the draft's chains too."""
     from app.commands.tune import calibration_setup, drafters
     from app.engines.registry import resolve
 
@@ -60,6 +63,7 @@ def test_the_drafters_tried_by_default(tiny_pair):
     got = drafters(resolve(t), [d], ("draft", "ngram", "tree"), None)
     assert got == [(f"draft:{d},dtype=int8", True), (f"draft:{d}", True), ("ngram:n=3", False)]
     assert drafters(resolve(t), [d], ("draft",), "float32") == [(f"draft:{d}", True)]
+    assert drafters(resolve(t), [d], ("tree",), "int8") == [(f"draft:{d},dtype=int8", True)]
     for s, model in got:
         cal = parse_setup(calibration_setup(s, model))
         assert cal.k == 24 and getattr(cal, "cstop", 0.02) == 0.02
@@ -82,6 +86,7 @@ def test_a_drafter_far_behind_is_calibrated_no_more():
 
     f = Finder.__new__(Finder)
     f.drafters, f.quiet = [("draft:a", True), ("draft:b", True), ("ngram:n=3", False)], True
+    f.kinds, f.profiles = ("draft", "ngram"), []
     f.calibration = Phase(None, None, prompts_done=["p1"])
     f.verify_curve = lambda: flat
     f.records = lambda: [rec(p) for p in f.calibration.prompts_done]

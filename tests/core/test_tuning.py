@@ -22,7 +22,10 @@ from app.core.tuning import (
     rank,
     replay_positions,
     replay_step,
+    replay_tree,
     scaled,
+    tree_grid,
+    tree_nodes,
     verify_scale,
     why,
     winners,
@@ -183,3 +186,47 @@ def test_step_zeros_drafts_cost_their_forwards_and_their_place_in_the_prompts_fo
     steep = tuple(1.0 + 0.05 * (n - 1) for n in range(1, 34))
     assert price_candidate(Candidate("draft:d", "draft:d,k=2", 2), [p], steep).pred_wall_s["p"] == pytest.approx(2.0 - 8 * (0.02 + 0.05 * 0.1))
     assert price_candidate(Candidate("draft:d", "draft:d,k=10", 10), [p], steep).pred_wall_s["p"] == pytest.approx(2.0)
+    # a 2x1 tree instead: its 4 nodes join the prompt's forward, its 2 draft forwards (over 1 and 2 tokens) replace
+    # the chain's 10
+    tree = tree_grid("draft:d", [(2, 1)])[0]
+    fw = steep[0] + steep[1]  # no draft curve given: the target's
+    assert price_candidate(tree, [p], steep).pred_wall_s["p"] == pytest.approx(2.0 + fw * 0.02 + 4 * 0.05 * 0.1 - 10 * (0.02 + 0.05 * 0.1))
+
+
+def test_a_static_tree_is_priced_from_the_ranks_the_chain_recorded():
+    """A chain calibration that keeps one draft, then is corrected, every step: the target's token at the rejected
+    position was the draft's second choice (rank 2) on even steps, its fourth (rank 4) on odd ones. A 2x2x1 tree
+    holds the true path through a rank-2 position at depth 2 and keeps going below it (the next position, kept by
+    the calibration's next step); a rank-4 position ends it as it ends the chain. Every replayed step verifies the
+    tree's 10 nodes and pays its 3 draft forwards over 1, 2 and 4 tokens."""
+    assert tree_nodes((2, 1, 1)) == (6, [1, 2, 2]) and tree_nodes((3, 2, 1)) == (15, [1, 3, 6])
+    steps = [CalStep(4, 1, (0.9, 0.6, 0.6, 0.6), rank=2 if i % 2 == 0 else 4) for i in range(12)]
+    lane = LaneCal(tuple(steps), None, 1.0, 0.02, 0.0)
+    seq = positions(lane)
+    assert [p.rank for p in seq[1:5]] == [1, 2, 1, 4]
+    # from 1: kept, rank 2 at depth 2 (width 2), kept at depth 3: 3 kept; from 5 the same
+    assert replay_tree(seq, (2, 2, 1), 0.5, start=1)[:2] == [(10, 3.0), (10, 3.0)]
+    assert replay_tree(seq, (2, 1, 1), 0.5, start=1)[:2] == [(6, 1.0), (6, 1.0)]  # depth 2 one wide: as the chain
+    assert replay_positions(seq, 3, 0.0, 0.0, 0.5, start=1)[:2] == [(3, 1.0), (3, 1.0)]
+    # a rank-4 position at the root of a 4-wide tree is caught
+    assert replay_tree(seq, (4, 1, 1), 0.5, start=4)[0] == (12, 2.0)
+    rec = PromptCal("p", "code", 37, 1.0 + 36 * 0.1, 1.0, 0.1, 0.0, {"draft:d": lane})
+    [tree] = tree_grid("draft:d", [(2, 2, 1)])
+    assert tree.setup == "tree:d,shape=2x2x1" and tree.kind == "tree" and parse_setup(tree.setup).shape == "2x2x1"
+    draft_curve = tuple(1.0 + 0.5 * (n - 1) for n in range(1, 34))  # the draft's forward over n tokens
+    flat = price_candidate(tree, [rec], FLAT, draft_curve)
+    c = 0.02 / 0.1
+    replayed = replay_tree(seq, (2, 2, 1), 0.5, start=1)
+    assert flat.units == pytest.approx(FLAT[10] + c * (1 + 1.5 + 2.5)) and flat.mean_k == 10
+    assert flat.tau == pytest.approx(sum(a + 1 for _, a in replayed) / len(replayed))
+    # with verifying nearly free (a GPU) the tree beats the chain of its depth; with every token a step it loses
+    k3 = Candidate("draft:d", "draft:d,k=3", 3)
+    assert flat.speedup() > price_candidate(k3, [rec], FLAT, draft_curve).speedup()
+    assert price_candidate(tree, [rec], STEEP, draft_curve).speedup() < price_candidate(k3, [rec], STEEP, draft_curve).speedup()
+    # an unrecorded rank (older records) catches nothing beyond the chain
+    blind = LaneCal(tuple(CalStep(4, 1, (0.9, 0.6, 0.6, 0.6)) for _ in range(12)), None, 1.0, 0.02, 0.0)
+    assert replay_tree(positions(blind), (4, 4, 1), 0.5, start=1)[:2] == [(36, 1.0), (36, 1.0)]
+    # every tree shape the finder prices parses back to its setup
+    for cand in tree_grid("draft:d,dtype=int8"):
+        st = parse_setup(cand.setup)
+        assert tuple(int(b) for b in st.shape.split("x")) == cand.shape and st.dtype == "int8" and tree_nodes(cand.shape)[0] <= 32

@@ -137,6 +137,30 @@ def test_cumulative_stop_ends_drafts_when_the_whole_proposal_is_unlikely(tiny):
     assert any(len(e.drafted_ids) < 12 for e in full) and any(len(e.drafted_ids) > 1 for e in full)
 
 
+def test_a_corrected_step_says_where_the_targets_token_ranked_for_the_draft(tiny):
+    """StepEvent.correction_rank (what the setup finder prices token trees with): the rank of the target's correction
+    among the draft's 4 best tokens at the rejected position, 0 below them — checked against the draft model run
+    from scratch on the same prefix. Steps the target did not correct carry None."""
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[1], chat=False)
+    steps, _ = run(target, DraftModelDrafter(draft, 4), ids, Sampling(max_new_tokens=40))
+    seq = list(ids)
+    ranks = []
+    for e in steps:
+        if e.target_kind == "correction":
+            prefix = seq + list(e.drafted_ids[: e.accepted_count])
+            with torch.inference_mode():
+                logits = draft.model(torch.tensor([prefix])).logits[0, -1]
+            best = logits.topk(4).indices.tolist()
+            want = best.index(e.target_id) + 1 if e.target_id in best else 0
+            assert e.correction_rank == want and want != 1
+            ranks.append(want)
+        else:
+            assert e.correction_rank is None
+        seq.extend(e.emitted_ids)
+    assert len(ranks) >= 5 and 0 in ranks and {2, 3, 4} & set(ranks)
+
+
 def test_token_limit_and_budgeted_drafts(tiny):
     target, _ = tiny
     ids = target.encode_prompt(PROMPTS[1], chat=False)

@@ -17,14 +17,14 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     d = w.find_fastest_setup()
     qtbot.waitExposed(d)
     assert d.target == "tiny-target" and w.find_fastest_setup() is d  # one dialog per target
-    assert "--target" in d.arguments() and d.arguments()[d.arguments().index("--kinds") + 1] == "draft,ngram"
+    assert "--target" in d.arguments() and d.arguments()[d.arguments().index("--kinds") + 1] == "draft,ngram,tree"
     # the report as the finished finder leaves it: read from its --json file
     shutil.copy(path, d._json)
     d._finished(0)
     rows = [d.table.item(r, 1).text() for r in range(d.table.rowCount())]
     assert doc["winner"]["setup"] in rows and any(",k=auto" in s for s in rows)
     assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
-    assert "break-even:" in d.summary.toPlainText() and "not tried: tree:" in d.summary.toPlainText()
+    assert "break-even:" in d.summary.toPlainText() and "not tried: dynamic trees" in d.summary.toPlainText()
     assert ("verify cost:" in d.summary.toPlainText()) == (doc["verify_scale"] is not None)  # the line where a scale was fit
     assert w.costs.break_even.isVisibleTo(w.costs) and "to beat" in w.costs.break_even.text()
     assert d.use_btn.isEnabled()
