@@ -325,13 +325,12 @@ class Finder:
         return out
 
     def priced_curve(self, records: list) -> tuple[tuple[float, ...], float | None]:
-        """The target's verify curve as this run measured it — its profile's, scaled to the calibration lanes'
-        verify times — and that scale (app.core.tuning.verify_scale; None: nothing to fit)."""
-        from app.core.tuning import scaled, verify_scale
+        """The target's verify curve as this run measured it — its profile's, scaled width by width to the
+        calibration lanes' verify times (app.core.tuning.fitted_curve) — and the overall scale (None: nothing to
+        fit, the profile as it is)."""
+        from app.core.tuning import fitted_curve
 
-        profile = self.verify_curve() or (1.0,)
-        s = verify_scale(records, profile)
-        return scaled(profile, s), s
+        return fitted_curve(records, self.verify_curve() or (1.0,))
 
     def price(self, records: list, dropped: bool = True) -> list:
         """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
@@ -518,8 +517,9 @@ def verify_note(doc: dict) -> str:
     s, prof, used = doc.get("verify_scale"), doc.get("profile_verify_curve") or [], doc.get("verify_curve") or []
     if s is None or len(prof) < 9 or len(used) < 9:
         return ""
-    return (f"verify cost: this run's verifies cost {s:.2f}x what the cost profile says above one forward (V(9) {prof[8]:.2f} "
-            f"in the profile, {used[8]:.2f} in this run); priced with this run's")
+    at = ", ".join(f"V({n}) {prof[n - 1]:.2f} → {used[n - 1]:.2f}" for n in (5, 9, 17, 25) if n <= min(len(prof), len(used)))
+    return (f"verify cost: this run's verifies cost {s:.2f}x what the cost profile says above one forward ({at}); "
+            f"priced with this run's")
 
 
 def render(doc: dict, top: int = 12) -> str:

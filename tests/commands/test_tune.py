@@ -46,7 +46,8 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     if s is None:  # the tiny models' verifies can read cheaper than one forward (timing noise): the profile as it is
         assert doc["verify_curve"] == doc["profile_verify_curve"] and "verify cost:" not in out
     else:
-        assert s > 0 and doc["verify_curve"][8] == pytest.approx(1 + s * (doc["profile_verify_curve"][8] - 1))
+        used = doc["verify_curve"]
+        assert s > 0 and used != doc["profile_verify_curve"] and all(b >= a for a, b in zip(used, used[1:], strict=False))
         assert "verify cost: this run's verifies cost" in out
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out

@@ -16,6 +16,7 @@ from app.core.tuning import (
     break_even_alpha,
     break_even_v,
     chain_speedup,
+    fitted_curve,
     grid,
     positions,
     price_candidate,
@@ -176,6 +177,22 @@ def test_the_verify_curve_is_scaled_to_the_runs_own_verifies():
     cand = Candidate("draft:d", "draft:d,k=4", 4)
     cheap, dear = price_candidate(cand, recs, FLAT), price_candidate(cand, recs, curve)
     assert dear.units - cheap.units == pytest.approx(FLAT[4] - 1) and dear.speedup() < cheap.speedup()
+
+
+def test_each_width_is_priced_by_the_verifies_of_about_that_width():
+    """A run whose verifies of 5 tokens cost 3x the profile's cost above one forward and those of 25 tokens 1.2x: one
+    scale for both would misprice each; the fitted curve is near 3x at 5, near 1.2x at 25, in between at 9, never
+    falls with n, and is the profile's where nothing was verified."""
+    def step(n: int, s: float) -> CalStep:
+        return CalStep(n - 1, n - 2, (0.9,) * (n - 1), verify_s=0.1 * (1 + s * (STEEP[n - 1] - 1)))
+
+    recs = [prompt([step(5, 3.0), step(25, 1.2)] * 6)]
+    curve, s_all = fitted_curve(recs, STEEP)
+    assert s_all == verify_scale(recs, STEEP)
+    s5, s9, s25 = ((curve[n - 1] - 1) / (STEEP[n - 1] - 1) for n in (5, 9, 25))
+    assert 2.7 < s5 < 3.0 and 1.2 < s25 < 1.35 and s25 < s9 < s5
+    assert curve[0] == 1.0 and all(b >= a for a, b in zip(curve, curve[1:], strict=False))
+    assert fitted_curve([prompt([CalStep(0, 0)] * 3)], STEEP) == (STEEP, None)
 
 
 def test_step_zeros_drafts_cost_their_forwards_and_their_place_in_the_prompts_forward():
