@@ -680,7 +680,11 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
     s = measured if measured is not None and math.isfinite(measured) else p.speedup()
     k = max(0, round(p.mean_k))
     parts = f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify V({k + 1}) {price.v(k + 1):.2f}"
-    if p.c > 0:
+    if p.candidate.shape:
+        _, feeds = tree_nodes(p.candidate.shape)
+        parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of a {k}-node tree V({k + 1}) "
+                 f"{price.v(k + 1):.2f}, {len(feeds)} draft forwards over {'/'.join(map(str, feeds))} tokens at c {p.c:.2f}")
+    elif p.c > 0:
         parts += f", {p.mean_k:.1f} drafts × c {p.c:.2f}"
     parts += f", overhead {p.o:.2f})"
     if p.alpha is None:

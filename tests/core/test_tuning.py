@@ -247,3 +247,11 @@ def test_a_static_tree_is_priced_from_the_ranks_the_chain_recorded():
     for cand in tree_grid("draft:d,dtype=int8"):
         st = parse_setup(cand.setup)
         assert tuple(int(b) for b in st.shape.split("x")) == cand.shape and st.dtype == "int8" and tree_nodes(cand.shape)[0] <= 32
+
+
+def test_why_names_a_trees_own_costs():
+    steps = [CalStep(4, 1, (0.9, 0.6, 0.6, 0.6), rank=2) for _ in range(12)]
+    rec = PromptCal("p", "code", 37, 1.0 + 36 * 0.1, 1.0, 0.1, 0.0, {"draft:d": LaneCal(tuple(steps), None, 1.0, 0.02, 0.0)})
+    p = price_candidate(tree_grid("draft:d", [(3, 2, 1)])[0], [rec], STEEP)
+    text = why(p, STEEP, best=5.0)
+    assert "verify of a 15-node tree V(16)" in text and "3 draft forwards over 1/3/6 tokens at c 0.20" in text
