@@ -33,12 +33,12 @@ RULES = ("k=24,cstop=0.5", "k=16,cstop=0.3", "k=8", "k=4", "k=12,stop=0.4", "k=8
 TREES = ("2x1x1x1", "2x2x1", "3x1x1", "3x2x1", "4x1x1x1x1x1", "2x2x1x1x1x1")
 
 
-def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None]:
+def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None]:
     """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale, the draft's own
     cost curve)."""
     from app.commands.tune import Finder
 
-    args = argparse.Namespace(target=TARGET, draft=[DRAFT], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
+    args = argparse.Namespace(target=target, draft=[draft], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
                               minutes=120.0, confirm=0, calibrate_all=True, max_new_tokens=tokens, temperature=0.0, seed=0, no_chat=False, json=None,
                               quiet=False)
     f = Finder(args, False)
@@ -49,7 +49,7 @@ def calibrate(prompts: str, tokens: int, dtype: str) -> tuple[list, tuple[float,
     finally:
         f.w.close()
     curve, scale = f.priced_curve(records)
-    return records, curve, scale, f.draft_curve(f"draft:{DRAFT},dtype={dtype}")
+    return records, curve, scale, f.draft_curve(f"draft:{draft}" + (f",dtype={dtype}" if dtype else ""))
 
 
 def main() -> int:
@@ -61,18 +61,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", required=True, help="JSONL file with id, prompt, category")
     ap.add_argument("--tokens", type=int, default=48)
-    ap.add_argument("--dtype", default="int8", help="the draft's precision")
+    ap.add_argument("--backend", choices=("torch", "llamacpp"), default="torch", help="PyTorch (the draft at --dtype) or "
+                    "llama.cpp (both Q4_K_M GGUF)")
+    ap.add_argument("--dtype", default="int8", help="the PyTorch draft's precision")
     ap.add_argument("--rules", default=";".join(RULES), help="chain rules, ;-separated (default: the nine above)")
     ap.add_argument("--trees", default=",".join(TREES), help="static tree shapes, comma-separated ('' for none)")
     ap.add_argument("--json", default="/tmp/finder-accuracy.json")
     args = ap.parse_args()
     print(f"machine: {machine_summary()}", flush=True)
-    records, curve, scale, draft_curve = calibrate(args.prompts, args.tokens, args.dtype)
-    drafter = f"draft:{DRAFT},dtype={args.dtype}"
-    setups = [f"draft:{DRAFT},{r},dtype={args.dtype}" for r in args.rules.split(";") if r]
-    setups += [f"tree:{DRAFT},shape={t},dtype={args.dtype}" for t in args.trees.split(",") if t]
+    pre = "llamacpp-" if args.backend == "llamacpp" else ""
+    target, draft = pre + TARGET, pre + DRAFT
+    dtype = None if pre else args.dtype
+    tail = f",dtype={dtype}" if dtype else ""
+    records, curve, scale, draft_curve = calibrate(target, draft, args.prompts, args.tokens, dtype)
+    drafter = f"draft:{draft}{tail}"
+    setups = [f"draft:{draft},{r}{tail}" for r in args.rules.split(";") if r]
+    setups += [f"tree:{draft},shape={t}{tail}" for t in args.trees.split(",") if t]
     bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
-    cmd = [sys.executable, "-m", "app", "bench", "--target", TARGET, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
+    cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
            "--mode", "interleaved", "--json", str(bench)]
     for s in setups:
         cmd += ["--setup", s]
@@ -80,6 +86,7 @@ def main() -> int:
     subprocess.run(cmd, check=True, cwd=ROOT)
     doc = json.loads(bench.read_text())
     measured = {s["setup"]: s["speedup"] for s in doc["summary"]}
+    tau = {s["setup"]: s["mean_accepted_len"] for s in doc["summary"]}
     by_cat = category_speedups(doc)
     rows = []
     for s in setups:
@@ -93,16 +100,18 @@ def main() -> int:
         cats = {c: dict(predicted=priced.speedup([i for i, x in priced.categories.items() if x == c]), measured=m)
                 for c, m in by_cat.get(label, {}).items()}
         rows.append(dict(setup=label, predicted=priced.speedup(), measured=measured[label], error=priced.speedup() / measured[label] - 1.0,
-                         by_category=cats))
+                         predicted_tau=priced.tau, measured_tau=tau.get(label), by_category=cats))
     print(f"\nverify scale (this run's verifies over the profile's, above one forward): {scale if scale is None else round(scale, 2)}")
-    print(f"{'setup':<58} {'predicted':>9} {'measured':>9} {'error':>7}")
+    print(f"{'setup':<58} {'predicted':>9} {'measured':>9} {'error':>7}  {'τ pred':>6} {'τ meas':>6}")
     for r in rows:
-        print(f"{r['setup']:<58} {r['predicted']:>8.2f}x {r['measured']:>8.2f}x {r['error']:>+7.1%}")
+        mt = r["measured_tau"]
+        print(f"{r['setup']:<58} {r['predicted']:>8.2f}x {r['measured']:>8.2f}x {r['error']:>+7.1%}  {r['predicted_tau']:>6.2f} "
+              f"{mt if mt is None else format(mt, '.2f'):>6}")
         for c, x in r["by_category"].items():
             print(f"    {c:<54} {x['predicted']:>8.2f}x {x['measured']:>8.2f}x")
     errs = [abs(r["error"]) for r in rows]
     print(f"\nmean |error| {sum(errs) / len(errs):.1%}, worst {max(errs):.1%} over {len(rows)} setups")
-    Path(args.json).write_text(json.dumps(dict(machine=machine_summary(), prompts=args.prompts, tokens=args.tokens, verify_scale=scale,
+    Path(args.json).write_text(json.dumps(dict(machine=machine_summary(), backend=args.backend, target=target, prompts=args.prompts, tokens=args.tokens, verify_scale=scale,
                                                rows=rows, mean_abs_error=sum(errs) / len(errs), max_abs_error=max(errs)), indent=1))
     print(f"written: {args.json}")
     return 0
