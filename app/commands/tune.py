@@ -413,7 +413,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     """The finder's report (JSON-ready): candidates ranked, the winner per category, break-even, what was not tried."""
     from app.core.costs import machine_summary
     from app.core.setups import parse_setup
-    from app.core.tuning import StepPrice, break_even_alpha, break_even_v, why, winners
+    from app.core.tuning import StepPrice, break_even_alpha, verify_for_gain, why, winners
     from app.speculative.drafters import ALTS
 
     verify, scale = f.priced_curve(records)
@@ -467,12 +467,13 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
                          f"{d} (c {c:.2f}) cannot beat {what} here even if every draft were accepted")
     if winner and ranked:
         wp = next((p for p in ranked if label(p.candidate.setup) == winner[1]), ranked[0])
-        if wp.alpha is not None and wp.candidate.k and not wp.candidate.shape:
-            price = StepPrice(tuple(verify), c=wp.c, o=wp.o, o_base=o_base)
-            k = wp.candidate.k
-            v_need = break_even_v(wp.alpha, k, price, beat_w * 1.1)
-            lines.append(f"for {label(wp.candidate.setup)} to gain another 10 % at its α {wp.alpha:.2f}, verifying {k + 1} tokens would have "
-                         f"to cost V({k + 1}) ≤ {v_need:.2f} (it costs {price.v(k + 1):.2f} here)")
+        if wp.alpha is not None and wp.mean_k > 0:
+            n, now, need = verify_for_gain(wp, verify)
+            name = label(wp.candidate.setup)
+            lines.append(f"for {name} to gain another 10 % at its τ {wp.tau:.2f}, verifying its {n} tokens a step would have to cost "
+                         f"V({n}) ≤ {need:.2f} (it costs {now:.2f} here)" if need >= 1.0 else
+                         f"for {name} to gain another 10 %, a cheaper verify alone would not do (its {n} tokens a step would have "
+                         f"to cost less than one forward): it needs longer accepted runs or a cheaper draft")
     not_tried = [f"{k}: the finder prices chains of drafts, lookups and static token trees; try redrafter: lanes by hand"
                  for k in f.kinds if k not in PRICED_KINDS]
     if "tree" in f.kinds:

@@ -30,7 +30,7 @@ one forward, V'(n) = 1 + s(n)·(V(n) − 1), each width by the verifies of about
 :func:`verify_scale` is the overall s), and the finder prices with V'.
 
 **Break-even.** :func:`break_even_alpha` is the acceptance a drafter of cost c needs (i.i.d., best k) to beat a
-given speedup with this V; :func:`break_even_v` the V(k + 1) a drafter with a measured α needs.
+given speedup with this V; :func:`verify_for_gain` the V(n) a priced setup would need to go 10 % faster.
 
 Stdlib only.
 """
@@ -72,7 +72,7 @@ __all__ = [
     "expected_tokens",
     "chain_speedup",
     "break_even_alpha",
-    "break_even_v",
+    "verify_for_gain",
     "why",
 ]
 
@@ -667,10 +667,13 @@ def break_even_alpha(price: StepPrice, beat: float, ks: Sequence[int] = tuple(ra
     return best
 
 
-def break_even_v(alpha: float, k: int, price: StepPrice, beat: float) -> float:
-    """The V(k + 1) at which a chain of k drafts accepted at α would just reach `beat`x (a cheaper verify pays)."""
-    tokens = float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-    return tokens * price.base_units / beat - k * price.c - price.o
+def verify_for_gain(p: Priced, verify: Sequence[float], gain: float = 0.1) -> tuple[int, float, float]:
+    """What a cheaper verify would have to cost for a priced setup to go `gain` faster at its own predicted τ:
+    (n, V(n) now, V(n) needed), n the tokens its mean step verifies (round(mean k) + 1). The step's other costs
+    (drafting, overhead) stay; a needed V(n) below 1 means no cheaper verify alone can do it."""
+    n = max(1, round(p.mean_k)) + 1
+    now = verify_at(tuple(verify), n)
+    return n, now, now - p.units * (1.0 - 1.0 / (1.0 + gain))
 
 
 # --- explanations --------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["winner"]["by"] == "measured" and doc["winner"]["speedup"] == max(
         [c["measured"]["speedup"] for c in measured] + [e["measured"]["speedup"] for e in doc["other_measured"]])
     assert set(doc["winners_by_category"]) == {"coding", "editing", "qa"}
-    assert doc["break_even_text"] and all("beat" in t or "V(" in t for t in doc["break_even_text"])
+    assert doc["break_even_text"] and all("beat" in t or "verify" in t for t in doc["break_even_text"])
     assert any(t.startswith("dynamic trees") for t in doc["not_tried"])  # asked for, not priced: said
     assert len(doc["verify_curve"]) == 33 and doc["verify_curve"][0] == 1.0
     # priced with this run's verifies: the profile's curve scaled to what the calibration lanes measured

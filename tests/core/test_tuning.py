@@ -14,7 +14,6 @@ from app.core.tuning import (
     PromptCal,
     StepPrice,
     break_even_alpha,
-    break_even_v,
     chain_speedup,
     fitted_curve,
     grid,
@@ -27,6 +26,7 @@ from app.core.tuning import (
     scaled,
     tree_grid,
     tree_nodes,
+    verify_for_gain,
     verify_scale,
     why,
     winners,
@@ -147,10 +147,10 @@ def test_break_even_acceptance_and_verify_cost():
     assert break_even_alpha(StepPrice(FLAT, c=0.0), 1.0)[0] < 0.05
     # a draft as dear as the target cannot pay on a steep curve
     assert break_even_alpha(StepPrice(STEEP, c=1.0), 1.0) is None
-    # the V(k+1) that would make α 0.8 at k 4 reach 1.5x: the speedup there is 1.5x
-    v = break_even_v(0.8, 4, StepPrice(FLAT, c=0.1), 1.5)
-    tokens = (1 - 0.8**5) / 0.2
-    assert tokens / (v + 4 * 0.1) == pytest.approx(1.5)
+    # the V(5) at which a priced k=4 setup goes 10 % faster at its own τ: its units per step shrink by 1/1.1
+    p = price_candidate(Candidate("draft:d", "draft:d,k=4", 4), [prompt([CalStep(4, 3, (0.9,) * 4)] * 10)], STEEP)
+    n, now, need = verify_for_gain(p, STEEP)
+    assert (n, now) == (5, STEEP[4]) and (p.units - now + need) * 1.1 == pytest.approx(p.units) and 1.0 < need < now
 
 
 def test_why_names_the_parts_that_decide():
