@@ -685,7 +685,7 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
     parts = f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify V({k + 1}) {price.v(k + 1):.2f}"
     if p.candidate.shape:
         _, feeds = tree_nodes(p.candidate.shape)
-        parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of a {k}-node tree V({k + 1}) "
+        parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of {k} tree nodes V({k + 1}) "
                  f"{price.v(k + 1):.2f}, {len(feeds)} draft forwards over {'/'.join(map(str, feeds))} tokens at c {p.c:.2f}")
     elif p.c > 0:
         parts += f", {p.mean_k:.1f} drafts × c {p.c:.2f}"

@@ -254,4 +254,4 @@ def test_why_names_a_trees_own_costs():
     rec = PromptCal("p", "code", 37, 1.0 + 36 * 0.1, 1.0, 0.1, 0.0, {"draft:d": LaneCal(tuple(steps), None, 1.0, 0.02, 0.0)})
     p = price_candidate(tree_grid("draft:d", [(3, 2, 1)])[0], [rec], STEEP)
     text = why(p, STEEP, best=5.0)
-    assert "verify of a 15-node tree V(16)" in text and "3 draft forwards over 1/3/6 tokens at c 0.20" in text
+    assert "verify of 15 tree nodes V(16)" in text and "3 draft forwards over 1/3/6 tokens at c 0.20" in text
