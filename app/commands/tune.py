@@ -356,23 +356,23 @@ class Finder:
         """A model drafter's own cost curve (its forward over n tokens over one), from its cost profile at the
         precision the drafter runs (None: no profile: the finder then prices a tree's wider draft forwards with the
         target's curve)."""
+        from app.core.setups import parse_setup
         from app.engines.registry import resolve
 
-        engine, _, rest = drafter.removeprefix("draft:").partition(",")
-        dtype = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv).get("dtype")
-        mine = [p for p in self.profiles if p.engine == engine]
+        d = parse_setup(drafter)
+        mine = [p for p in self.profiles if p.engine == d.engine]
         if not mine:
             return None
-        want = dtype or resolve(engine).dtype
+        want = d.dtype or resolve(d.engine).dtype
         got = [p for p in mine if p.precision == want] or (mine if len(mine) == 1 else [])
         return got[0].curve(40) if got else None
 
     def tree_capable(self, drafter: str) -> bool:
         """Whether the target and this drafter's engine can verify and draft token trees (hf and llamacpp)."""
+        from app.core.setups import parse_setup
         from app.engines.registry import resolve
 
-        engine = drafter.removeprefix("draft:").partition(",")[0]
-        return self.target.backend in ("hf", "llamacpp") and resolve(engine).backend in ("hf", "llamacpp")
+        return self.target.backend in ("hf", "llamacpp") and resolve(parse_setup(drafter).engine).backend in ("hf", "llamacpp")
 
     def confirm_setups(self, ranked: list) -> list[str]:
         from app.core.tuning import winners

@@ -59,7 +59,6 @@ __all__ = [
     "positions",
     "replay_positions",
     "verify_scale",
-    "scaled",
     "fitted_curve",
     "price_candidate",
     "grid",
@@ -442,27 +441,22 @@ def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], li
     return first, out
 
 
+def _verifies(prompts: Sequence[PromptCal], verify: Sequence[float]) -> list[tuple[int, float, float]]:
+    """The calibration lanes' decode verifies of more than one token: (n tokens, measured cost above one forward in
+    the baseline's forwards on the same prompt, the curve's V(n) − 1)."""
+    return [(s.offered + 1, s.verify_s / pc.base_step_s - 1.0, verify_at(verify, s.offered + 1) - 1.0)
+            for pc in prompts if pc.base_step_s > 0 for lane in pc.lanes.values() for s in lane.steps if s.offered and s.verify_s > 0]
+
+
 def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float | None:
     """How much dearer this run's verifies were than the cost profile says: the s of V'(n) = 1 + s·(V(n) − 1) that
     fits the calibration lanes' measured verify times (over the baseline's one-token forward on the same prompt,
     summed over every decode step that verified more than one token). None: no such step, or a fit that is not
     positive — verifies reading cheaper than one forward are timing noise (tiny models), not a cost curve. A profile
     measured on a busier (or quieter) machine than this run's is so corrected with this run's own measurements."""
-    num = den = 0.0
-    for pc in prompts:
-        if pc.base_step_s <= 0:
-            continue
-        for lane in pc.lanes.values():
-            for s in lane.steps:
-                if s.offered and s.verify_s > 0:
-                    num += s.verify_s / pc.base_step_s - 1.0
-                    den += verify_at(verify, s.offered + 1) - 1.0
+    obs = _verifies(prompts, verify)
+    num, den = sum(r for _, r, _ in obs), sum(x for _, _, x in obs)
     return num / den if den > 0 and num > 0 else None
-
-
-def scaled(verify: Sequence[float], s: float | None) -> tuple[float, ...]:
-    """The verify curve with its cost above one forward scaled by s (:func:`verify_scale`); as it is for None."""
-    return tuple(verify) if s is None else tuple(1.0 + s * (v - 1.0) for v in verify)
 
 
 #: fitted_curve: how far in log n a verify still speaks for another width (its weight falls as exp(−d² / 2h²)), and
@@ -484,8 +478,7 @@ def fitted_curve(prompts: Sequence[PromptCal], verify: Sequence[float]) -> tuple
     s_all = verify_scale(prompts, verify)
     if s_all is None:
         return tuple(verify), None
-    obs = [(math.log(s.offered + 1), s.verify_s / pc.base_step_s - 1.0, verify_at(verify, s.offered + 1) - 1.0)
-           for pc in prompts if pc.base_step_s > 0 for lane in pc.lanes.values() for s in lane.steps if s.offered and s.verify_s > 0]
+    obs = [(math.log(m), r, xm) for m, r, xm in _verifies(prompts, verify)]
     out = [verify[0] if verify else 1.0]
     for n in range(2, len(verify) + 1):
         x, ln = verify_at(verify, n) - 1.0, math.log(n)
@@ -503,7 +496,7 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
     """Predict a candidate's wall per prompt from its drafter's calibration lanes (None: no lane for it).
 
     c and o come from the calibration lanes (measured draft forward and per-step overhead, over the baseline's decode
-    step on the same prompt), V is the curve given (the finder's: the target's profile, :func:`scaled` to this run).
+    step on the same prompt), V is the curve given (the finder's: the target's profile fitted to this run, :func:`fitted_curve`).
     Step 0 is the calibration lane's prefill with its own first proposal's drafting replaced by the candidate's;
     the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`). A tree's step verifies all its
     nodes, V(nodes + 1) — a tree mask costs as a causal forward of as many tokens, which the confirmation checks —

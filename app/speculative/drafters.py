@@ -299,9 +299,10 @@ class DraftModelDrafter:
                 qs.append(q)
                 q_drafted.append(float(q[tok]))
             else:
-                tok = int(logits.argmax())
+                best = tuple(logits.topk(ALTS).indices.tolist())
+                tok = best[0]
                 q_drafted.append(float(logits.softmax(-1)[tok]))
-                alts.append(tuple(dict.fromkeys([tok, *logits.topk(ALTS).indices.tolist()]))[:ALTS])
+                alts.append(best)
             drafted.append(tok)
             p_all *= q_drafted[-1]
             if auto is not None:

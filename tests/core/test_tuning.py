@@ -23,7 +23,6 @@ from app.core.tuning import (
     replay_positions,
     replay_step,
     replay_tree,
-    scaled,
     tree_grid,
     tree_nodes,
     verify_for_gain,
@@ -169,8 +168,8 @@ def test_the_verify_curve_is_scaled_to_the_runs_own_verifies():
 
     recs = [prompt([step(4), step(8), step(2)] * 5)]
     assert verify_scale(recs, FLAT) == pytest.approx(2.0)
-    curve = scaled(FLAT, 2.0)
-    assert curve[0] == 1.0 and curve[8] == pytest.approx(1 + 2 * (FLAT[8] - 1)) and scaled(FLAT, None) == FLAT
+    curve, s_all = fitted_curve(recs, FLAT)  # every width twice as dear: the fitted curve is the profile's scaled by 2
+    assert s_all == pytest.approx(2.0) and curve[0] == 1.0 and curve[8] == pytest.approx(1 + 2 * (FLAT[8] - 1))
     assert verify_scale([prompt([CalStep(0, 0)] * 3)], FLAT) is None  # nothing verified: nothing to fit
     noise = [prompt([CalStep(4, 3, (0.9,) * 4, verify_s=0.08)] * 3)]  # 4 drafts verified faster than one forward
     assert verify_scale(noise, FLAT) is None
