@@ -83,11 +83,14 @@ class ServerProcess:
         self.log.close()
 
     def kill(self) -> None:
-        """Kill the server at once (a server dying mid-stream)."""
+        """Kill the server at once (a server dying mid-stream) and wait until it is gone: until the process has ended
+        its listening socket may still take a connection and reset it, where a dead server refuses it (a test of the
+        dead server's message failed so under load)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.proc.wait(10)
 
 
 def remote_manifest(tmp_path, name: str, url: str, tokenizer: str, model: str = "smollm2", **openai):
