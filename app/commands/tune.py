@@ -6,7 +6,8 @@
    verdict (app.core.tuning).
 2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; static token trees of each
    draft, from the ranks its chain recorded where the target corrected it; lookup × k) is priced from those records
-   with the target's cost profile — per prompt, per category and overall. No model runs in this phase.
+   with the target's cost profile — per prompt, per category and overall — and each draft model's `k=auto` by
+   replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
    drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows).
 
@@ -245,11 +246,12 @@ class Finder:
                                 fix=f"the target must be an engine our loop drafts on (hf or llamacpp); run `python -m app profile --target {self.target.name}`")
         self._cal_plan = plan
 
+    def target_profile(self):
+        return next((p for p in self.profiles if p.engine == self.target.name), None)
+
     def verify_curve(self) -> tuple[float, ...] | None:
-        for p in self.profiles:
-            if p.engine == self.target.name:
-                return p.curve(40)
-        return None
+        p = self.target_profile()
+        return p.curve(40) if p is not None else None
 
     def calibrate(self) -> None:
         from app.worker.plan import RunResults
@@ -350,12 +352,24 @@ class Finder:
                 p = price_candidate(cand, records, verify, curve)
                 if p is not None:
                     priced.append(p)
+            target = self.target_profile()
+            if model and "draft" in self.kinds and target is not None:  # k=auto: the policy replayed on the records
+                from app.speculative.replay import replay_auto
+
+                p = replay_auto(records, d, auto_setup(d), target, self.draft_profile(d), verify)
+                if p is not None:
+                    priced.append(p)
         return rank(priced)
 
     def draft_curve(self, drafter: str) -> tuple[float, ...] | None:
         """A model drafter's own cost curve (its forward over n tokens over one), from its cost profile at the
         precision the drafter runs (None: no profile: the finder then prices a tree's wider draft forwards with the
         target's curve)."""
+        p = self.draft_profile(drafter)
+        return p.curve(40) if p is not None else None
+
+    def draft_profile(self, drafter: str):
+        """A model drafter's cost profile at the precision it runs (None: none loaded)."""
         from app.core.setups import parse_setup
         from app.engines.registry import resolve
 
@@ -365,7 +379,7 @@ class Finder:
             return None
         want = d.dtype or resolve(d.engine).dtype
         got = [p for p in mine if p.precision == want] or (mine if len(mine) == 1 else [])
-        return got[0].curve(40) if got else None
+        return got[0] if got else None
 
     def tree_capable(self, drafter: str) -> bool:
         """Whether the target and this drafter's engine can verify and draft token trees (hf and llamacpp)."""
@@ -432,14 +446,14 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         m = confirmed.get(label(p.candidate.setup))
         pred_wall = sum(p.pred_wall_s.values())
         cands.append(dict(
-            rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, kind=p.candidate.kind, k=p.candidate.k,
+            rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, kind=p.candidate.kind, auto=p.candidate.auto, k=p.candidate.k,
             stop=p.candidate.stop, cstop=p.candidate.cstop, shape=list(p.candidate.shape) or None, predicted_speedup=p.speedup(),
             # the prediction on the prompts the confirmation measured (it may have run out of time before all of them)
             predicted_confirmed_speedup=p.speedup(on_confirmed) if m and on_confirmed else None,
             predicted_tokens_per_s=sum(tokens[x] for x in p.pred_wall_s) / pred_wall if pred_wall > 0 else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
-    # k=auto and anything else measured but not in the grid
+    # anything measured but not priced (k=auto where its drafter had no profile or records)
     extra = [dict(setup=s, measured=m) for s, m in confirmed.items() if s != "baseline" and s not in {c["setup"] for c in cands}]
     # the winner: measured where confirmed (the real run decides), else predicted
     scored = [(c["measured"]["speedup"], c["setup"], "measured") for c in cands if c["measured"] and c["measured"].get("speedup")]
@@ -544,7 +558,7 @@ def render(doc: dict, top: int = 12) -> str:
     for e in doc["other_measured"]:
         m = e["measured"]
         lines.append(f"{'':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
-                     f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  measured only (adapts each step: not priced)")
+                     f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  measured only (not priced)")
     if doc["winner"]:
         wn = doc["winner"]
         lines += ["", f"fastest here: {wn['setup']} — {wn['speedup']:.2f}x the baseline ({wn['by']})"]

@@ -203,6 +203,8 @@ class Candidate:
     #: a static token tree's branch counts per depth (k: its depth), priced from the same chain calibration
     #: (:func:`replay_tree`); () for a chain
     shape: tuple[int, ...] = ()
+    #: k=auto: priced by replaying the policy itself over the calibration (app.speculative.replay); k is its cap
+    auto: bool = False
 
     @property
     def kind(self) -> str:
@@ -683,6 +685,8 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
     elif p.c > 0:
         parts += f", {p.mean_k:.1f} drafts × c {p.c:.2f}"
     parts += f", overhead {p.o:.2f})"
+    if p.candidate.auto:
+        parts = "k=auto replayed on the records: " + parts
     if p.alpha is None:
         return f"{'loses' if s < 1.0 else 'even'}: proposed nothing on these prompts (no draft to verify); {parts}"
     alpha = f"α {p.alpha:.2f}"

@@ -260,7 +260,7 @@ class TuneDialog(QDialog):
         rows = [c for c in doc.get("candidates", []) if c.get("measured")] + [c for c in doc.get("candidates", [])[:12] if not c.get("measured")]
         rows.sort(key=lambda c: c["rank"])
         rows += [dict(rank=None, setup=e["setup"], predicted_speedup=None, measured=e["measured"], alpha=e["measured"].get("alpha"),
-                      tau=e["measured"].get("tau"), why="measured only (k=auto adapts each step: not priced)") for e in doc.get("other_measured", [])]
+                      tau=e["measured"].get("tau"), why="measured only (not priced)") for e in doc.get("other_measured", [])]
         self.table.setRowCount(len(rows))
         for r, c in enumerate(rows):
             m = c.get("measured") or {}

@@ -8,7 +8,8 @@
 4. predicted against measured speedup, overall and per category, and the mean and worst error.
 
 The setups mix the rules the finder prices: plain k, cumulative stops (cstop), per-token stops (stop), and static
-token trees (`tree:…,shape=…`, priced from the ranks the chain calibration recorded where the target corrected it).
+token trees (`tree:…,shape=…`, priced from the ranks the chain calibration recorded where the target corrected it),
+and `k=auto`, priced by replaying the policy itself over the records (app.speculative.replay).
 
     python resources/bench/finder_accuracy.py --prompts resources/bench/palindrome-rename.jsonl \\
         --json resources/bench/qwen-finder-accuracy.json
@@ -33,9 +34,9 @@ RULES = ("k=24,cstop=0.5", "k=16,cstop=0.3", "k=8", "k=4", "k=12,stop=0.4", "k=8
 TREES = ("2x1x1x1", "2x2x1", "3x1x1", "3x2x1", "4x1x1x1x1x1", "2x2x1x1x1x1")
 
 
-def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None]:
+def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None, tuple]:
     """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale, the draft's own
-    cost curve)."""
+    cost curve, (the target's and the draft's cost profiles))."""
     from app.commands.tune import Finder
 
     args = argparse.Namespace(target=target, draft=[draft], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
@@ -49,7 +50,8 @@ def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | N
     finally:
         f.w.close()
     curve, scale = f.priced_curve(records)
-    return records, curve, scale, f.draft_curve(f"draft:{draft}" + (f",dtype={dtype}" if dtype else ""))
+    drafter = f"draft:{draft}" + (f",dtype={dtype}" if dtype else "")
+    return records, curve, scale, f.draft_curve(drafter), (f.target_profile(), f.draft_profile(drafter))
 
 
 def main() -> int:
@@ -57,6 +59,7 @@ def main() -> int:
     from app.core.report import category_speedups
     from app.core.setups import parse_setup
     from app.core.tuning import Candidate, price_candidate
+    from app.speculative.replay import replay_auto
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", required=True, help="JSONL file with id, prompt, category")
@@ -66,6 +69,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="int8", help="the PyTorch draft's precision")
     ap.add_argument("--rules", default=";".join(RULES), help="chain rules, ;-separated (default: the nine above)")
     ap.add_argument("--trees", default=",".join(TREES), help="static tree shapes, comma-separated ('' for none)")
+    ap.add_argument("--no-auto", action="store_true", help="leave out k=auto (priced by replaying the policy over the records)")
+    ap.add_argument("--records", help="also pickle the calibration records here (for offline study of the pricing)")
     ap.add_argument("--json", default="/tmp/finder-accuracy.json")
     args = ap.parse_args()
     print(f"machine: {machine_summary()}", flush=True)
@@ -73,9 +78,15 @@ def main() -> int:
     target, draft = pre + TARGET, pre + DRAFT
     dtype = None if pre else args.dtype
     tail = f",dtype={dtype}" if dtype else ""
-    records, curve, scale, draft_curve = calibrate(target, draft, args.prompts, args.tokens, dtype)
+    records, curve, scale, draft_curve, (t_prof, d_prof) = calibrate(target, draft, args.prompts, args.tokens, dtype)
+    if args.records:
+        import pickle
+
+        Path(args.records).write_bytes(pickle.dumps(dict(records=records, curve=curve, scale=scale, draft_curve=draft_curve,
+                                                         profiles=(t_prof, d_prof))))
     drafter = f"draft:{draft}{tail}"
-    setups = [f"draft:{draft},{r}{tail}" for r in args.rules.split(";") if r]
+    auto = f"draft:{draft},k=auto{tail}"
+    setups = ([] if args.no_auto else [auto]) + [f"draft:{draft},{r}{tail}" for r in args.rules.split(";") if r]
     setups += [f"tree:{draft},shape={t}{tail}" for t in args.trees.split(",") if t]
     bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
     cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
@@ -92,9 +103,12 @@ def main() -> int:
     for s in setups:
         p = parse_setup(s)
         label = p.label
-        shape = tuple(int(b) for b in p.shape.split("x")) if getattr(p, "shape", None) else ()
-        cand = Candidate(drafter, s, len(shape) if shape else p.k, getattr(p, "stop", 0.0), getattr(p, "cstop", 0.0), shape)
-        priced = price_candidate(cand, records, curve, draft_curve)
+        if s == auto:
+            priced = replay_auto(records, drafter, s, t_prof, d_prof, curve) if t_prof is not None else None
+        else:
+            shape = tuple(int(b) for b in p.shape.split("x")) if getattr(p, "shape", None) else ()
+            cand = Candidate(drafter, s, len(shape) if shape else p.k, getattr(p, "stop", 0.0), getattr(p, "cstop", 0.0), shape)
+            priced = price_candidate(cand, records, curve, draft_curve)
         if priced is None or label not in measured:
             continue
         cats = {c: dict(predicted=priced.speedup([i for i, x in priced.categories.items() if x == c]), measured=m)

@@ -1,0 +1,160 @@
+"""`k=auto` replayed over a finder calibration: what the policy would have done on these prompts, priced like any
+fixed setup, with no model run.
+
+The real DraftModelDrafter and AutoK run; only the draft model and the target are replaced. With greedy decoding the
+draft's token and its confidence at a position of the answer depend only on the true prefix, and the calibration
+recorded both (app.core.tuning.positions): a :class:`_ReplayDraft` proposes, at each position, a token the target
+keeps or rejects as it did, with the recorded confidence; past a rejection it repeats the confidences the calibration
+drafted there (then 0.05: a draft that has lost the thread). The target's verdict is the record's, and each step's
+times come from the finder's cost model — V(n) the verify curve fitted to this run, c and o the calibration lane's,
+T(1) the baseline's — so the policy learns costs as it would in a lane (StepTiming), with the target's cost profile as
+its own prior, as a real lane has.
+
+The prompts are replayed in order in one "worker": what the policy learnt on one prompt carries to the next (the
+lane's `memory`), kept apart from this process's real lanes. Where the calibration has no record (a position after
+a fully kept proposal, where the target emitted its own token) the draft proposes the true token at confidence 0.9.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+
+import torch
+
+from app.core.costs import CostProfile
+from app.core.tuning import Candidate, Position, Priced, PromptCal, StepPrice, positions
+from app.speculative import policy
+from app.speculative.drafters import DraftContext, DraftModelDrafter
+from app.speculative.policy import AUTO_K_MAX, AutoK, StepTiming
+
+__all__ = ["replay_auto", "UNRECORDED_Q", "LOST_Q", "PROMPT_LEN"]
+
+#: the draft's confidence where the calibration did not draft: a position after a fully kept proposal (kept), and
+#: drafts past a rejection beyond those the calibration made (off the answer)
+UNRECORDED_Q = 0.9
+LOST_Q = 0.05
+_V = 1 << 16  # vocabulary of the replayed draft: large enough that a confidence of 1e-4 is still its best token
+_PROMPT, _TRUE, _WRONG, _OFF = 0, 1, 2, 3  # token ids: the prompt's, the answer's, a rejected draft's, past it
+#: the replayed prompt's length (the records keep the time the draft took to read the prompt, not its length; the
+#: policy spreads that reading over the tokens left, so the length only shades its first decision)
+PROMPT_LEN = 64
+
+
+class _ReplayState:
+    """A draft decode state answering from the records: the answer is `_TRUE` at every position."""
+
+    def __init__(self, seq: Sequence[Position], prompt_len: int) -> None:
+        self.seq, self.prompt_len = seq, prompt_len
+        self.toks: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.toks)
+
+    def crop(self, n: int) -> None:
+        del self.toks[n:]
+
+    def forward(self, ids: list[int], last_only: bool = True, keep: int = 0) -> torch.Tensor:
+        self.toks.extend(ids)
+        gen = self.toks[self.prompt_len:]
+        off = next((i for i, t in enumerate(gen) if t != _TRUE), None)
+        if off is None:  # on the answer: the record at this position
+            pos = self.seq[len(gen)] if len(gen) < len(self.seq) else None
+            if pos is None or pos.q is None:
+                q, tok = UNRECORDED_Q, _TRUE
+            else:
+                q, tok = pos.q, (_TRUE if pos.kept else _WRONG)
+        else:  # past a rejected draft: the confidences the calibration drafted there
+            after = self.seq[off].after if off < len(self.seq) else ()
+            j = len(gen) - off - 1
+            q, tok = (after[j] if j < len(after) else LOST_Q), _OFF
+        q = min(max(q, 1e-4), 1.0 - 1e-7)
+        logits = torch.full((_V,), math.log((1.0 - q) / (_V - 1)))
+        logits[tok] = math.log(q)
+        return logits[None]
+
+
+class _ReplayDraft:
+    def __init__(self, seq: Sequence[Position], prompt_len: int) -> None:
+        self.seq, self.prompt_len = seq, prompt_len
+
+    def new_state(self) -> _ReplayState:
+        return _ReplayState(self.seq, self.prompt_len)
+
+
+def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: CostProfile, draft: CostProfile | None,
+                verify: Sequence[float]) -> Priced | None:
+    """Price `setup` (the drafter's k=auto) by replaying the policy over each prompt's calibration lane of `drafter`.
+
+    Args:
+        prompts: the calibration records, in the order the policy should meet them.
+        drafter: the calibration lane's drafter name (a draft model's; lookups have no confidences to replay).
+        setup: the setup string the candidate runs as (`draft:…,k=auto[,dtype=…]`).
+        target, draft: the cost profiles the real lane would start from (the policy's own prior on costs).
+        verify: the verify curve of this run (the finder's, fitted to the calibration's verifies): the replay's time.
+
+    Returns:
+        A Priced candidate (k = AUTO_K_MAX, its predicted wall per prompt, α, τ, mean drafts and units per decode
+        step), or None where no prompt has a recorded lane of the drafter with confidences.
+    """
+    key = ("replay", uuid.uuid4().hex)  # this replay's own memory, apart from real lanes'
+    pred: dict[str, float] = {}
+    base: dict[str, float] = {}
+    cats: dict[str, str] = {}
+    tot = dict(tok=0.0, steps=0, acc=0.0, dr=0.0, units=0.0)
+    cs, os_ = [], []
+    try:
+        for pc in prompts:
+            lane = pc.lanes.get(drafter)
+            if lane is None or pc.base_step_s <= 0 or not any(s.q for s in (*lane.steps, *([lane.step0] if lane.step0 else []))):
+                continue
+            t1 = pc.base_step_s
+            price = StepPrice(tuple(verify), c=lane.draft_s_per_forward / t1, o=lane.overhead_s / t1, o_base=pc.base_overhead_s / t1)
+            cs.append(price.c)
+            os_.append(price.o)
+            # the draft reading the prompt: what the calibration's step 0 took beyond the target's prompt forward and its drafts
+            per_draft = lane.draft_s_per_forward + price.marginal_verify() * t1
+            read_s = max(0.0, lane.prefill_s - pc.base_prefill_s - (lane.step0.offered if lane.step0 else 0) * per_draft)
+            seq = positions(lane)
+            n_prompt = PROMPT_LEN
+            d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=AutoK(target, draft=draft), memory=key)
+            prompt = [_PROMPT] * n_prompt
+            d.start(prompt)
+            ids, n_gen, last, wall, read = list(prompt), 0, None, 0.0, False
+            while n_gen < pc.new_tokens:
+                budget = pc.new_tokens - n_gen - 1
+                prop = d.propose(DraftContext(ids, max_k=budget, last=last))
+                drafted = prop.ids[: max(0, budget)]
+                k = len(drafted)
+                a = next((i for i, t in enumerate(drafted) if t != _TRUE), k)
+                d.feedback(k, a)
+                t_draft = prop.forwards * price.c * t1
+                if prop.forwards and not read:
+                    t_draft, read = t_draft + read_s, True
+                if n_gen == 0:  # step 0: the prompt's forward verifies the drafts
+                    wall += pc.base_prefill_s + t_draft + k * price.marginal_verify() * t1
+                else:
+                    t_v = price.v(k + 1) * t1
+                    w = t_v + t_draft + price.o * t1
+                    wall += w
+                    last = StepTiming(k + 1, t_v, t_draft, prop.forwards, w, a + 1)
+                    tot["tok"] += a + 1
+                    tot["steps"] += 1
+                    tot["acc"] += a
+                    tot["dr"] += k
+                    tot["units"] += w / t1
+                ids += [_TRUE] * (a + 1)
+                n_gen += a + 1
+            pred[pc.prompt_id] = wall
+            base[pc.prompt_id] = pc.base_wall_s
+            cats[pc.prompt_id] = pc.category
+    finally:
+        policy._LEARNT.pop(key, None)
+    if not pred:
+        return None
+    steps = tot["steps"] or 1
+    return Priced(Candidate(drafter, setup, AUTO_K_MAX, auto=True), pred, base, tot["acc"] / tot["dr"] if tot["dr"] else None,
+                  tot["tok"] / steps if tot["steps"] else 1.0, tot["dr"] / steps, tot["units"] / steps,
+                  sum(cs) / len(cs), sum(os_) / len(os_), cats)

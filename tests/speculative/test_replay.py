@@ -1,0 +1,74 @@
+"""k=auto replayed over literal calibration records (app.speculative.replay): the real policy, no model."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.costs import PROFILE_NS, CostProfile
+from app.core.tuning import CalStep, Candidate, LaneCal, PromptCal, positions, price_candidate
+from app.speculative import policy
+from app.speculative.replay import replay_auto
+
+D = "draft:d,dtype=int8"
+AUTO = "draft:d,k=auto,dtype=int8"
+
+
+def profile(v, t1: float, engine: str) -> CostProfile:
+    return CostProfile(engine=engine, backend="hf", precision="float32", device="cpu", weights="w", machine="m", ns=PROFILE_NS,
+                       times_s=tuple(t1 * v(n) for n in PROFILE_NS))
+
+
+TARGET = profile(lambda n: 1.0 + 0.04 * (n - 1), 0.4, "t")  # the fp32 1.5B target on 2 cores: V(5) ≈ 1.16
+DRAFT = profile(lambda n: 1.0 + 0.02 * (n - 1), 0.048, "d")  # c = 0.12: the int8 0.5B draft
+CURVE = TARGET.curve(40)
+
+
+def prompt(pid: str, steps: list[CalStep], step0: CalStep | None = None, new_tokens: int = 48) -> PromptCal:
+    lane = LaneCal(tuple(steps), step0, prefill_s=1.0, draft_s_per_forward=0.048, overhead_s=0.004)
+    return PromptCal(pid, "coding", new_tokens, base_wall_s=1.0 + new_tokens * 0.4, base_prefill_s=1.0, base_step_s=0.4,
+                     base_overhead_s=0.004, lanes={D: lane})
+
+
+def easy(pid: str = "easy") -> PromptCal:
+    """Every draft confident and kept: proposals of 24 end on k, the next starts after the target's bonus token."""
+    return prompt(pid, [CalStep(24, 24, (0.99,) * 24), CalStep(24, 23, (0.99,) * 24)])
+
+
+def hard(pid: str = "hard") -> PromptCal:
+    """Every first draft unsure and rejected."""
+    return prompt(pid, [CalStep(24, 0, (0.3,) + (0.5,) * 23) for _ in range(48)])
+
+
+def test_the_replayed_policy_drafts_long_where_drafts_are_kept_and_stops_where_they_are_not():
+    assert len(positions(easy().lanes[D])) >= 48 and len(positions(hard().lanes[D])) >= 48
+    good = replay_auto([easy()], D, AUTO, TARGET, DRAFT, CURVE)
+    assert good is not None and good.candidate.auto and good.candidate.setup == AUTO
+    assert good.alpha > 0.9 and good.mean_k > 8 and good.tau > 8 and good.speedup() > 3.0
+    bad = replay_auto([hard()], D, AUTO, TARGET, DRAFT, CURVE)
+    # it drafts one token to look at its confidence until its first drafts' confidences outweigh the prior that some
+    # are confident, then drafts nothing: it pays for those looks, never more
+    assert bad.mean_k < 1.0 and bad.alpha == 0.0 and 0.85 < bad.speedup() <= 1.0
+    # priced on the same model as a fixed setup: the plain k=24 chain loses on the hard prompt, k=auto does not
+    k24 = price_candidate(Candidate(D, "draft:d,k=24,dtype=int8", 24), [hard()], CURVE)
+    assert k24.speedup() < 0.6 < bad.speedup()
+
+
+def test_a_replay_is_repeatable_and_leaves_real_lanes_memory_alone():
+    """The same records give the same price; what the replayed policy learnt is not what the next real lane of the
+    pair starts from (policy.recall)."""
+    before = dict(policy._LEARNT)
+    a = replay_auto([hard("h1"), easy("e1")], D, AUTO, TARGET, DRAFT, CURVE)
+    b = replay_auto([hard("h1"), easy("e1")], D, AUTO, TARGET, DRAFT, CURVE)
+    assert a.pred_wall_s == b.pred_wall_s and policy._LEARNT == before
+    # the prompts are met in order, in one worker: after the easy prompt the policy starts the hard one trusting
+    # its drafts, and pays for it
+    trusting = replay_auto([easy("e1"), hard("h1")], D, AUTO, TARGET, DRAFT, CURVE)
+    alone = replay_auto([hard("h1")], D, AUTO, TARGET, DRAFT, CURVE)
+    assert alone.pred_wall_s["h1"] < trusting.pred_wall_s["h1"]
+    assert a.speedup(["e1"]) == pytest.approx(a.base_wall_s["e1"] / a.pred_wall_s["e1"])
+
+
+def test_no_record_to_replay():
+    lookup = PromptCal("p", "qa", 48, 20.0, 1.0, 0.4, 0.0, {"ngram": LaneCal((CalStep(3, 1),), None, 1.0, 0.0, 0.0)})
+    assert replay_auto([lookup], "ngram", "ngram:k=auto", TARGET, None, CURVE) is None
+    assert replay_auto([easy()], "draft:other", AUTO, TARGET, DRAFT, CURVE) is None
