@@ -52,6 +52,11 @@ _OPTIMISTIC = 0.9
 PRIOR_WEIGHT = 6.0
 #: the shape of the acceptance prior given the draft's confidence q: q ** PRIOR_GAMMA (:func:`prior_acceptance`)
 PRIOR_GAMMA = 0.7
+#: what the prior on a step's first draft's confidence (Acceptance.first_q: every confidence alike) is worth, in first
+#: drafts: worth PRIOR_WEIGHT, its share of confident first drafts kept a lane whose first drafts were all unsure (and
+#: rejected) drafting one token to look at it in 43 of 48 steps (0.90x the baseline, app.speculative.replay on literal
+#: records); worth one, the lane's own first drafts decide after about ten looks
+FIRST_Q_PRIOR = 1.0
 #: the prior of an answer's first draft being accepted: 14 of 24 on the Qwen pair's Spec-Bench prompts (AutoK.ended)
 OPENING_PRIOR = 0.6
 #: how the previous step ended, the condition of the first token's acceptance estimate
@@ -125,7 +130,7 @@ class Acceptance:
         self.pooled = [prior * weight, weight]
         bins = Calibration.BINS
         self.after = [[weight * prior_acceptance((i + 0.5) / bins), weight] for i in range(bins)]
-        self.first_q = [weight / bins] * bins  # prior: every confidence alike
+        self.first_q = [FIRST_Q_PRIOR / bins] * bins  # prior: every confidence alike, worth one first draft
         self.opening = [OPENING_PRIOR * weight, weight]  # the answer's first token (AutoK.ended)
 
     @staticmethod

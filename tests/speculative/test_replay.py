@@ -46,8 +46,8 @@ def test_the_replayed_policy_drafts_long_where_drafts_are_kept_and_stops_where_t
     assert good.alpha > 0.9 and good.mean_k > 8 and good.tau > 8 and good.speedup() > 3.0
     bad = replay_auto([hard()], D, AUTO, TARGET, DRAFT, CURVE)
     # it drafts one token to look at its confidence until its first drafts' confidences outweigh the prior that some
-    # are confident, then drafts nothing: it pays for those looks, never more
-    assert bad.mean_k < 1.0 and bad.alpha == 0.0 and 0.85 < bad.speedup() <= 1.0
+    # are confident (policy.FIRST_Q_PRIOR), then drafts nothing: it pays for those looks, never more
+    assert bad.mean_k < 0.8 and bad.alpha == 0.0 and 0.9 < bad.speedup() <= 1.0
     # priced on the same model as a fixed setup: the plain k=24 chain loses on the hard prompt, k=auto does not
     k24 = price_candidate(Candidate(D, "draft:d,k=24,dtype=int8", 24), [hard()], CURVE)
     assert k24.speedup() < 0.6 < bad.speedup()
