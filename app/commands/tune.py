@@ -32,7 +32,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "verify_note", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "verify_note", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
 #: the draft's chain calibration); ReDrafter heads are named in the output as not tried
@@ -423,6 +423,12 @@ def _measured(confirm: Phase | None) -> dict[str, dict]:
             for s in doc["summary"]}
 
 
+def _tokens_per_s(p, tokens: dict[str, int], prompt_ids: list[str]) -> float | None:
+    ids = [x for x in prompt_ids if x in p.pred_wall_s]
+    wall = sum(p.pred_wall_s[x] for x in ids)
+    return sum(tokens[x] for x in ids) / wall if wall > 0 else None
+
+
 def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dict]) -> dict:
     """The finder's report (JSON-ready): candidates ranked, the winner per category, break-even, what was not tried."""
     from app.core.costs import machine_summary
@@ -451,6 +457,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
             # the prediction on the prompts the confirmation measured (it may have run out of time before all of them)
             predicted_confirmed_speedup=p.speedup(on_confirmed) if m and on_confirmed else None,
             predicted_tokens_per_s=sum(tokens[x] for x in p.pred_wall_s) / pred_wall if pred_wall > 0 else None,
+            predicted_confirmed_tokens_per_s=_tokens_per_s(p, tokens, on_confirmed) if m and on_confirmed else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
     # anything measured but not priced (k=auto where its drafter had no profile or records)
@@ -537,6 +544,18 @@ def verify_note(doc: dict) -> str:
             f"priced with this run's")
 
 
+def predicted_cell(c: dict, partial: bool, what: str = "speedup") -> str:
+    """A candidate's predicted speedup (`what`="speedup") or tokens/s ("tokens_per_s") as the table shows it: where
+    the confirmation measured it on fewer prompts than were calibrated, the prediction on those same prompts, marked
+    `*` (beside a measurement, the prediction over all prompts would read as an error it is not)."""
+    fmt, unit = ("{:.2f}", "x") if what == "speedup" else ("{:.1f}", "")
+    x = c.get(f"predicted_confirmed_{what}") if partial and c.get("measured") else None
+    if isinstance(x, (int, float)) and math.isfinite(x):
+        return fmt.format(x) + unit + "*"
+    y = c.get(f"predicted_{what}")
+    return fmt.format(y) + unit if isinstance(y, (int, float)) and math.isfinite(y) else "–"
+
+
 def render(doc: dict, top: int = 12) -> str:
     """The report as text: the ranked table (the confirmed setups and the best priced ones), winners, break-even."""
     lines = [f"Setup finder: {doc['target']} on {doc['machine']}",
@@ -550,15 +569,19 @@ def render(doc: dict, top: int = 12) -> str:
     def num(x, f="{:.2f}"):
         return f.format(x) if isinstance(x, (int, float)) and x is not None and math.isfinite(x) else "–"
 
+    partial = len(doc["prompts"]["confirmed"]) < len(doc["prompts"]["calibrated"])
     for c in shown:
         m = c["measured"] or {}
-        lines.append(f"{c['rank']:>4}  {c['setup']:<{w}}  {num(c['predicted_tokens_per_s'], '{:.1f}'):>10} {num(c['predicted_speedup']) + 'x':>7}  "
+        lines.append(f"{c['rank']:>4}  {c['setup']:<{w}}  {predicted_cell(c, partial, 'tokens_per_s'):>10} {predicted_cell(c, partial):>7}  "
                      f"{num(m.get('tokens_per_s'), '{:.1f}'):>10} {(num(m.get('speedup')) + 'x') if m else '–':>7}  "
                      f"{num(c['alpha']):>5} {num(c['tau']):>5}  {c['why']}")
     for e in doc["other_measured"]:
         m = e["measured"]
         lines.append(f"{'':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
                      f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  measured only (not priced)")
+    if partial and any(c["measured"] for c in shown):
+        lines.append(f"* predicted on the {len(doc['prompts']['confirmed'])} prompts the confirmation measured (the ranking is on all "
+                     f"{len(doc['prompts']['calibrated'])} calibrated)")
     if doc["winner"]:
         wn = doc["winner"]
         lines += ["", f"fastest here: {wn['setup']} — {wn['speedup']:.2f}x the baseline ({wn['by']})"]

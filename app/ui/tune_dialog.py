@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.commands.tune import verify_note
+from app.commands.tune import predicted_cell, verify_note
 
 __all__ = ["TuneDialog", "winner_lanes", "command_line"]
 
@@ -261,21 +261,29 @@ class TuneDialog(QDialog):
         rows.sort(key=lambda c: c["rank"])
         rows += [dict(rank=None, setup=e["setup"], predicted_speedup=None, measured=e["measured"], alpha=e["measured"].get("alpha"),
                       tau=e["measured"].get("tau"), why="measured only (not priced)") for e in doc.get("other_measured", [])]
+        prompts = doc.get("prompts", {})
+        partial = len(prompts.get("confirmed", [])) < len(prompts.get("calibrated", []))
         self.table.setRowCount(len(rows))
         for r, c in enumerate(rows):
             m = c.get("measured") or {}
-            cells = [str(c["rank"]) if c["rank"] else "", c["setup"], _num(c.get("predicted_speedup")) + "x" if c.get("predicted_speedup") else "–",
+            cells = [str(c["rank"]) if c["rank"] else "", c["setup"], predicted_cell(c, partial),
                      (_num(m.get("speedup")) + "x") if m.get("speedup") else "–", _num(m.get("tokens_per_s"), "{:.1f}"),
                      _num(c.get("alpha")), _num(c.get("tau")), c.get("why", "")]
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if col == 7:
                     item.setToolTip(text)
+                if col == 2 and text.endswith("*"):
+                    item.setToolTip(f"predicted on the {len(prompts['confirmed'])} prompts the confirmation measured; "
+                                    f"{_num(c.get('predicted_speedup'))}x on all {len(prompts['calibrated'])} calibrated")
                 if col in (0, 2, 3, 4, 5, 6):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(r, col, item)
         self.table.resizeColumnsToContents()
         lines = [self._headline(doc)]
+        if partial and any(c.get("measured") and c.get("rank") for c in rows):
+            lines.append(f"* predicted on the {len(prompts['confirmed'])} prompts the confirmation measured (the ranking is on all "
+                         f"{len(prompts['calibrated'])} calibrated)")
         for cat, x in doc.get("winners_by_category", {}).items():
             ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
             lines.append(f"{cat or '(none)'}: {x['setup']} (predicted {_num(x.get('predicted_speedup'))}x{ms})")
