@@ -306,6 +306,35 @@ def test_k_auto_is_lossless_and_drafts_only_where_it_pays(tiny):
         assert st.output_ids == base.output_ids and (st.drafted > 0) == drafts
 
 
+def test_k_auto_reads_the_prompt_as_a_fixed_lane_does(tiny, monkeypatch):
+    """An int8 draft's proposals depend on how its cache was filled (it quantizes activations over each forward): on
+    a Spec-Bench prompt the Qwen 0.5B draft's second token differed. k=auto's draft, which starts lazily, reads the
+    prompt as every draft lane does — all but its last token, then that token with the first draft — so the
+    finder's calibration records what k=auto will see."""
+    from app.speculative.policy import AutoK
+
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[0], chat=False)
+    fed: list[list[int]] = []
+    new_state = draft.new_state
+
+    def spying_state():
+        st = new_state()
+        forward = st.forward
+        st.forward = lambda x, *a, **kw: (fed[-1].append(len(x)), forward(x, *a, **kw))[1]
+        fed.append([])
+        return st
+
+    monkeypatch.setattr(draft, "new_state", spying_state)
+    s = Sampling(max_new_tokens=8)
+    run(target, DraftModelDrafter(draft, k=3), ids, s)
+    flat = AutoK(_curve(lambda n: 1.0 + 0.01 * n), draft=_curve(lambda n: 0.1 + 0.01 * n, t1=0.001))
+    steps, _ = run(target, DraftModelDrafter(draft, auto=flat), ids, s)
+    assert steps[0].k > 0  # k=auto drafted from step 0
+    fixed, auto = fed
+    assert fixed[:2] == auto[:2] == [len(ids) - 1, 1]
+
+
 def test_k_auto_spreads_reading_a_long_prompt_over_the_tokens_left(tiny):
     """The draft reads the prompt once per lane, whenever it first drafts: k=auto spreads that cost over the tokens
     left instead of charging it to one step — charged whole, a long prompt (RAG) kept it from ever starting — so with
