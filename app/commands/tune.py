@@ -32,7 +32,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "predicted_cell", "verify_note", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
 #: the draft's chain calibration); ReDrafter heads are named in the output as not tried
@@ -247,6 +247,7 @@ class Finder:
         self._cal_plan = plan
 
     def target_profile(self):
+        """The target's cost profile (None: none loaded)."""
         return next((p for p in self.profiles if p.engine == self.target.name), None)
 
     def verify_curve(self) -> tuple[float, ...] | None:
@@ -341,6 +342,7 @@ class Finder:
 
         verify, _ = self.priced_curve(records)
         out = set(self.calibration.dropped) if dropped and self.calibration is not None else set()
+        target = self.target_profile()
         priced = []
         for i, (d, model) in enumerate(self.drafters, start=1):
             if i in out:
@@ -352,7 +354,6 @@ class Finder:
                 p = price_candidate(cand, records, verify, curve)
                 if p is not None:
                     priced.append(p)
-            target = self.target_profile()
             if model and "draft" in self.kinds and target is not None:  # k=auto: the policy replayed on the records
                 from app.speculative.replay import replay_auto
 
@@ -450,13 +451,12 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     cands = []
     for i, p in enumerate(ranked):
         m = confirmed.get(label(p.candidate.setup))
-        pred_wall = sum(p.pred_wall_s.values())
         cands.append(dict(
             rank=i + 1, setup=label(p.candidate.setup), drafter=p.candidate.drafter, kind=p.candidate.kind, auto=p.candidate.auto, k=p.candidate.k,
             stop=p.candidate.stop, cstop=p.candidate.cstop, shape=list(p.candidate.shape) or None, predicted_speedup=p.speedup(),
             # the prediction on the prompts the confirmation measured (it may have run out of time before all of them)
             predicted_confirmed_speedup=p.speedup(on_confirmed) if m and on_confirmed else None,
-            predicted_tokens_per_s=sum(tokens[x] for x in p.pred_wall_s) / pred_wall if pred_wall > 0 else None,
+            predicted_tokens_per_s=_tokens_per_s(p, tokens, list(p.pred_wall_s)),
             predicted_confirmed_tokens_per_s=_tokens_per_s(p, tokens, on_confirmed) if m and on_confirmed else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
@@ -556,6 +556,12 @@ def predicted_cell(c: dict, partial: bool, what: str = "speedup") -> str:
     return fmt.format(y) + unit if isinstance(y, (int, float)) and math.isfinite(y) else "–"
 
 
+def partial_note(doc: dict) -> str:
+    """The footnote of the table's `*` cells ("" where the confirmation measured every calibrated prompt)."""
+    conf, cal = len(doc["prompts"]["confirmed"]), len(doc["prompts"]["calibrated"])
+    return f"* predicted on the {conf} prompts the confirmation measured (the ranking is on all {cal} calibrated)" if conf < cal else ""
+
+
 def render(doc: dict, top: int = 12) -> str:
     """The report as text: the ranked table (the confirmed setups and the best priced ones), winners, break-even."""
     lines = [f"Setup finder: {doc['target']} on {doc['machine']}",
@@ -579,9 +585,8 @@ def render(doc: dict, top: int = 12) -> str:
         m = e["measured"]
         lines.append(f"{'':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
                      f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  measured only (not priced)")
-    if partial and any(c["measured"] for c in shown):
-        lines.append(f"* predicted on the {len(doc['prompts']['confirmed'])} prompts the confirmation measured (the ranking is on all "
-                     f"{len(doc['prompts']['calibrated'])} calibrated)")
+    if any(c["measured"] for c in shown) and partial_note(doc):
+        lines.append(partial_note(doc))
     if doc["winner"]:
         wn = doc["winner"]
         lines += ["", f"fastest here: {wn['setup']} — {wn['speedup']:.2f}x the baseline ({wn['by']})"]

@@ -230,9 +230,17 @@ class DraftModelDrafter:
         # k=auto makes its state and prefills lazily (in the first step that drafts): a lane where drafting never
         # pays spends nothing on the draft (a llama.cpp context alone takes ~0.1 s to set up)
         self.state = self.engine.new_state() if self.auto is None else None
-        if len(prompt_ids) > 1 and self.auto is None:
-            self.state.forward(prompt_ids[:-1], last_only=True)
-            self.seen = list(prompt_ids[:-1])
+        if self.auto is None:
+            self._read_all_but_last(prompt_ids)
+
+    def _read_all_but_last(self, ids: list[int]) -> None:
+        """Feed the draft all but the last of `ids` it has not read: the last goes in with the first draft. Every draft
+        lane reads its prompt this way — an int8 draft quantizes activations over each forward, so one forward over the
+        whole prompt proposes other tokens (on a Spec-Bench coding prompt the second draft was one token at 0.62 after
+        one forward, another at 0.38 after these two, which the finder's calibration records)."""
+        if len(ids) - len(self.seen) > 1:
+            self.state.forward(ids[len(self.seen):-1], last_only=True)
+            self.seen.extend(ids[len(self.seen):-1])
 
     def propose(self, ctx: DraftContext) -> Proposal:
         auto = self.auto
@@ -277,14 +285,8 @@ class DraftModelDrafter:
             return Proposal([], why=why)
         if self.state is None:
             self.state = self.engine.new_state()
-            if len(ids) - common > 1:
-                # read the prompt as every draft lane does (start()): all but its last token, then that token with the
-                # first draft. An int8 draft quantizes activations over the whole forward, so the other way proposes
-                # other tokens: on a Spec-Bench coding prompt the second draft was one token at 0.62 after one forward
-                # over the prompt, another at 0.38 after these two — which the finder's calibration records
-                self.state.forward(ids[common:-1], last_only=True)
-                self.seen.extend(ids[common:-1])
-                common = len(ids) - 1
+            self._read_all_but_last(ids)  # as start() does for the other lanes (seen is empty: common is 0)
+            common = len(self.seen)
         if common < len(self.seen):
             self.state.crop(common)
             del self.seen[common:]

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.commands.tune import predicted_cell, verify_note
+from app.commands.tune import partial_note, predicted_cell, verify_note
 
 __all__ = ["TuneDialog", "winner_lanes", "command_line"]
 
@@ -282,8 +282,7 @@ class TuneDialog(QDialog):
         self.table.resizeColumnsToContents()
         lines = [self._headline(doc)]
         if partial and any(c.get("measured") and c.get("rank") for c in rows):
-            lines.append(f"* predicted on the {len(prompts['confirmed'])} prompts the confirmation measured (the ranking is on all "
-                         f"{len(prompts['calibrated'])} calibrated)")
+            lines.append(partial_note(doc))
         for cat, x in doc.get("winners_by_category", {}).items():
             ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
             lines.append(f"{cat or '(none)'}: {x['setup']} (predicted {_num(x.get('predicted_speedup'))}x{ms})")
