@@ -78,13 +78,16 @@ def test_vllm_steps_and_counts_from_a_real_server(vllm, tmp_path):
     assert before is not None and after is not None
     assert sum(len(e.emitted_ids) for e in steps) == st.new_tokens == 41 and st.ttft_s > 0 and st.wall_s > st.ttft_s
     counted = (after[1] - before[1], after[2] - before[2])
+    # The server's global counters hold at least this request's counts (read around it, under the server's lock). Under
+    # `make test`'s load they have held more than its per-request metrics, twice in CI: 68 drafts against 48 (28
+    # accepted in both), and 64 drafted / 33 accepted against 32 / 32 (every draft kept). vLLM's own accounting, not
+    # ours: the lane's counts come from the request's metrics, and the counters' deltas are the fallback only for a
+    # server without them (RemoteRunner._counts), so here they are asserted to contain the request, not to equal it.
+    assert 0 < st.drafted <= counted[0] and st.accepted <= counted[1], (st.drafted, st.accepted, counted)
     if st.accepted != st.drafted:
-        # Seen once in `make test` with both cores busy: vLLM's CPU build rejected 20 of 48 self-drafts at temperature
-        # 0 and its counters held 20 drafts more than the request's metrics (68 against 48, 28 accepted in both):
-        # the server's own accounting then differs, so only what holds either way is asserted.
-        assert 0 <= st.accepted < st.drafted <= counted[0] and st.accepted <= counted[1], (st.drafted, st.accepted, counted)
+        # Seen once in `make test` with both cores busy: vLLM's CPU build rejected 20 of 48 self-drafts at temperature 0.
+        assert 0 <= st.accepted < st.drafted, (st.drafted, st.accepted)
         return
-    assert (st.drafted, st.accepted) == counted  # per-request metrics = counter deltas
     assert st.drafted == K * (len(steps) - 1)  # self-drafting at temperature 0 keeps all
     assert steps[0].target_kind == "baseline" and len(steps[0].emitted_ids) == 1
     assert all(e.k == K and e.accepted_count == K and len(e.emitted_ids) == K + 1 for e in steps[1:])
