@@ -1,0 +1,162 @@
+"""k=auto against the grid of fixed setups, judged offline: the policy replayed over one finder calibration.
+
+1. The finder's calibration (`python -m app tune`'s first phase: the baseline and a k=24, cstop=0.02 calibration
+   lane of the draft, prompt by prompt) on the prompts — or the records of an earlier one (`--records PATH`: read
+   when the file exists, else written after calibrating; repeated, several calibrations pooled, each replayed on its
+   own as a fresh worker would run it);
+2. `k=auto` priced by replaying the policy over the records (app.speculative.replay: the real DraftModelDrafter and
+   AutoK, the draft and the target answering from the records, what the policy learnt carried from prompt to prompt
+   in the order the finder met them), and each fixed setup of the grid k ∈ {2, 4, 8, 16, 24} × cstop ∈ {0, 0.3,
+   0.5} priced from the same records (app.core.tuning.price_candidate);
+3. per prompt, per category and overall: k=auto's predicted speedup against the best fixed setup's there, and how
+   many tokens k=auto drafted and kept in how many steps.
+
+No model runs after the calibration, so a change to the policy is judged on the same records in seconds, where a
+bench of the same prompts moves by a few percent from run to run (the replay against real lanes:
+`finder_accuracy.py`, within 5 % on the 8 first-per-category prompts). A prediction, not a measurement: a change
+that wins here is confirmed by a bench.
+
+    python resources/bench/kauto_replay.py --prompts resources/bench/specbench-first-per-category.jsonl \\
+        --records /tmp/first8.records --json /tmp/kauto-replay-8.json
+
+Prints the CPU the calibration ran on; the figures of a run live in resources/bench/README.md with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+GRID = tuple((k, cs) for k in (2, 4, 8, 16, 24) for cs in (0.0, 0.3, 0.5))
+
+
+def _label(k: int, cs: float) -> str:
+    return f"k={k}" + (f",cstop={cs:g}" if cs else "")
+
+
+def main() -> int:
+    from finder_accuracy import DRAFT, TARGET, calibrate
+
+    from app.core.costs import machine_summary
+    from app.core.tuning import Candidate, price_candidate
+    from app.speculative import drafters
+    from app.speculative.replay import replay_auto
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", help="JSONL file with id, prompt, category (to calibrate on; not needed when --records exist)")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--dtype", default="int8", help="the PyTorch draft's precision")
+    ap.add_argument("--records", action="append", default=[],
+                    help="a calibration's records: read if the file exists, else written after calibrating --prompts; repeat it "
+                         "to pool several calibrations (each replayed on its own, from the priors, with its own verify curve)")
+    ap.add_argument("--json", default="/tmp/kauto-replay.json")
+    args = ap.parse_args()
+
+    docs = []
+    for r in args.records or [None]:
+        path = Path(r) if r else None
+        if path is not None and path.exists():
+            doc = pickle.loads(path.read_bytes())
+            print(f"records: {path} (calibrated on {doc.get('machine', 'an unrecorded machine')})", flush=True)
+        else:
+            if not args.prompts:
+                ap.error(f"{path} does not exist: give --prompts to calibrate on")
+            print(f"machine: {machine_summary()}", flush=True)
+            records, curve, scale, draft_curve, profiles = calibrate(TARGET, DRAFT, args.prompts, args.tokens, args.dtype)
+            doc = dict(records=records, curve=curve, scale=scale, draft_curve=draft_curve, profiles=profiles, machine=machine_summary())
+            if path is not None:
+                path.write_bytes(pickle.dumps(doc))
+        if doc["profiles"][0] is None:
+            print("the target has no cost profile: k=auto cannot be replayed (`python -m app profile` measures it)", file=sys.stderr)
+            return 1
+        docs.append(doc)
+    tail = f",dtype={args.dtype}" if args.dtype else ""
+    drafter = f"draft:{DRAFT}{tail}"
+
+    # what k=auto did on each prompt: the drafter's verdicts, counted as the replay feeds them back
+    steps: list[list[tuple[int, int]]] = []
+    start, feedback = drafters.DraftModelDrafter.start, drafters.DraftModelDrafter.feedback
+
+    def counting_start(self, *a, **kw):
+        steps.append([])
+        return start(self, *a, **kw)
+
+    def counting_feedback(self, drafted, accepted, *a, **kw):
+        steps[-1].append((drafted, accepted))
+        return feedback(self, drafted, accepted, *a, **kw)
+
+    # predicted and baseline walls per prompt, pooled over the calibrations: "auto" and each fixed setup's label
+    pred: dict[str, dict[str, float]] = defaultdict(dict)
+    base: dict[str, float] = {}
+    cat: dict[str, str] = {}
+    done: dict[str, list[tuple[int, int]]] = {}
+    ids: list[str] = []
+    for doc in docs:
+        records, curve, draft_curve, (t_prof, d_prof) = doc["records"], doc["curve"], doc["draft_curve"], doc["profiles"]
+        steps.clear()
+        drafters.DraftModelDrafter.start, drafters.DraftModelDrafter.feedback = counting_start, counting_feedback
+        try:
+            auto = replay_auto(records, drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, curve)
+        finally:
+            drafters.DraftModelDrafter.start, drafters.DraftModelDrafter.feedback = start, feedback
+        if auto is None:
+            print("no calibration lane with the draft's confidences to replay", file=sys.stderr)
+            return 1
+        replayed = [pc.prompt_id for pc in records if pc.prompt_id in auto.pred_wall_s]
+        done.update(zip(replayed, steps, strict=True))  # replay_auto starts one drafter per replayed prompt, in order
+        ids += replayed
+        base.update(auto.base_wall_s)
+        cat.update(auto.categories)
+        pred["auto"].update(auto.pred_wall_s)
+        for k, cs in GRID:
+            priced = price_candidate(Candidate(drafter, _label(k, cs), k, 0.0, cs), records, curve, draft_curve)
+            if priced is not None:
+                pred[_label(k, cs)].update(priced.pred_wall_s)
+    fixed = [n for n in pred if n != "auto"]
+
+    def speedup(name: str, group: list[str]) -> float:
+        return sum(base[i] for i in group) / sum(pred[name][i] for i in group)
+
+    def best(group: list[str]) -> tuple[str, float]:
+        name = max(fixed, key=lambda n: speedup(n, group))
+        return name, speedup(name, group)
+
+    prompts = []
+    print(f"\n{'prompt':<10} {'k=auto':>7} {'best fixed':>22} {'ratio':>6}   steps drafted kept")
+    for i in ids:
+        name, b = best([i])
+        a = speedup("auto", [i])
+        ev = done.get(i, [])
+        row = dict(prompt=i, category=cat.get(i), auto=a, best=name, best_speedup=b, ratio=a / b,
+                   steps=len(ev), drafted=sum(d for d, _ in ev), kept=sum(k for _, k in ev))
+        prompts.append(row)
+        print(f"{i:<10} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}   {row['steps']:>5} {row['drafted']:>7} {row['kept']:>4}")
+    cats: dict[str, list[str]] = defaultdict(list)
+    for i in ids:
+        cats[cat.get(i, "?")].append(i)
+    by_cat = []
+    print(f"\n{'category':<14} {'n':>2} {'k=auto':>7} {'best fixed':>22} {'ratio':>6}")
+    for c, group in [("all", ids), *cats.items()]:
+        name, b = best(group)
+        a = speedup("auto", group)
+        by_cat.append(dict(category=c, prompts=len(group), auto=a, best=name, best_speedup=b, ratio=a / b))
+        print(f"{c:<14} {len(group):>2} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}")
+    worst = min((r for r in by_cat if r["category"] != "all"), key=lambda r: r["ratio"])
+    print(f"\nk=auto (replayed) {by_cat[0]['ratio']:.3f} of the best fixed setup overall; worst category {worst['category']} {worst['ratio']:.3f}")
+    Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=TARGET, draft=drafter, records=args.records,
+                                               tokens=args.tokens, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
+                                               by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}), indent=1))
+    print(f"written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
