@@ -85,7 +85,7 @@ class _ReplayDraft:
 
 
 def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: CostProfile, draft: CostProfile | None,
-                verify: Sequence[float]) -> Priced | None:
+                verify: Sequence[float], counts: dict[str, tuple[int, int, int]] | None = None) -> Priced | None:
     """Price `setup` (the drafter's k=auto) by replaying the policy over each prompt's calibration lane of `drafter`.
 
     Args:
@@ -94,6 +94,8 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
         setup: the setup string the candidate runs as (`draft:…,k=auto[,dtype=…]`).
         target, draft: the cost profiles the real lane would start from (the policy's own prior on costs).
         verify: the verify curve of this run (the finder's, fitted to the calibration's verifies): the replay's time.
+        counts: if given, filled with each replayed prompt's (steps, drafted, kept), step 0 included — what a bench
+            reports of a lane.
 
     Returns:
         A Priced candidate (k = AUTO_K_MAX, its predicted wall per prompt, α, τ, mean drafts and units per decode
@@ -123,6 +125,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             prompt = [_PROMPT] * n_prompt
             d.start(prompt)
             ids, n_gen, last, wall, read = list(prompt), 0, None, 0.0, False
+            n_steps = n_drafted = n_kept = 0
             while n_gen < pc.new_tokens:
                 budget = pc.new_tokens - n_gen - 1
                 prop = d.propose(DraftContext(ids, max_k=budget, last=last))
@@ -130,6 +133,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 k = len(drafted)
                 a = next((i for i, t in enumerate(drafted) if t != _TRUE), k)
                 d.feedback(k, a)
+                n_steps, n_drafted, n_kept = n_steps + 1, n_drafted + k, n_kept + a
                 t_draft = prop.forwards * price.c * t1
                 if prop.forwards and not read:
                     t_draft, read = t_draft + read_s, True
@@ -148,6 +152,8 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 ids += [_TRUE] * (a + 1)
                 n_gen += a + 1
             pred[pc.prompt_id] = wall
+            if counts is not None:
+                counts[pc.prompt_id] = (n_steps, n_drafted, n_kept)
             base[pc.prompt_id] = pc.base_wall_s
             cats[pc.prompt_id] = pc.category
     finally:

@@ -47,7 +47,6 @@ def main() -> int:
 
     from app.core.costs import machine_summary
     from app.core.tuning import Candidate, price_candidate
-    from app.speculative import drafters
     from app.speculative.replay import replay_auto
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -81,38 +80,19 @@ def main() -> int:
     tail = f",dtype={args.dtype}" if args.dtype else ""
     drafter = f"draft:{DRAFT}{tail}"
 
-    # what k=auto did on each prompt: the drafter's verdicts, counted as the replay feeds them back
-    steps: list[list[tuple[int, int]]] = []
-    start, feedback = drafters.DraftModelDrafter.start, drafters.DraftModelDrafter.feedback
-
-    def counting_start(self, *a, **kw):
-        steps.append([])
-        return start(self, *a, **kw)
-
-    def counting_feedback(self, drafted, accepted, *a, **kw):
-        steps[-1].append((drafted, accepted))
-        return feedback(self, drafted, accepted, *a, **kw)
-
     # predicted and baseline walls per prompt, pooled over the calibrations: "auto" and each fixed setup's label
     pred: dict[str, dict[str, float]] = defaultdict(dict)
     base: dict[str, float] = {}
     cat: dict[str, str] = {}
-    done: dict[str, list[tuple[int, int]]] = {}
+    done: dict[str, tuple[int, int, int]] = {}  # what k=auto did on each prompt: steps, drafted, kept
     ids: list[str] = []
     for doc in docs:
         records, curve, draft_curve, (t_prof, d_prof) = doc["records"], doc["curve"], doc["draft_curve"], doc["profiles"]
-        steps.clear()
-        drafters.DraftModelDrafter.start, drafters.DraftModelDrafter.feedback = counting_start, counting_feedback
-        try:
-            auto = replay_auto(records, drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, curve)
-        finally:
-            drafters.DraftModelDrafter.start, drafters.DraftModelDrafter.feedback = start, feedback
+        auto = replay_auto(records, drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, curve, counts=done)
         if auto is None:
             print("no calibration lane with the draft's confidences to replay", file=sys.stderr)
             return 1
-        replayed = [pc.prompt_id for pc in records if pc.prompt_id in auto.pred_wall_s]
-        done.update(zip(replayed, steps, strict=True))  # replay_auto starts one drafter per replayed prompt, in order
-        ids += replayed
+        ids += [pc.prompt_id for pc in records if pc.prompt_id in auto.pred_wall_s]
         base.update(auto.base_wall_s)
         cat.update(auto.categories)
         pred["auto"].update(auto.pred_wall_s)
@@ -134,9 +114,8 @@ def main() -> int:
     for i in ids:
         name, b = best([i])
         a = speedup("auto", [i])
-        ev = done.get(i, [])
-        row = dict(prompt=i, category=cat.get(i), auto=a, best=name, best_speedup=b, ratio=a / b,
-                   steps=len(ev), drafted=sum(d for d, _ in ev), kept=sum(k for _, k in ev))
+        n_steps, drafted, kept = done[i]
+        row = dict(prompt=i, category=cat.get(i), auto=a, best=name, best_speedup=b, ratio=a / b, steps=n_steps, drafted=drafted, kept=kept)
         prompts.append(row)
         print(f"{i:<10} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}   {row['steps']:>5} {row['drafted']:>7} {row['kept']:>4}")
     cats: dict[str, list[str]] = defaultdict(list)

@@ -72,3 +72,16 @@ def test_no_record_to_replay():
     lookup = PromptCal("p", "qa", 48, 20.0, 1.0, 0.4, 0.0, {"ngram": LaneCal((CalStep(3, 1),), None, 1.0, 0.0, 0.0)})
     assert replay_auto([lookup], "ngram", "ngram:k=auto", TARGET, None, CURVE) is None
     assert replay_auto([easy()], "draft:other", AUTO, TARGET, DRAFT, CURVE) is None
+
+
+def test_the_replay_counts_each_prompts_steps_as_a_bench_does():
+    """`counts` gets each replayed prompt's (steps, drafted, kept), step 0 included: every step emits its kept drafts
+    and one token of the target's, so steps + kept is the answer's length."""
+    counts: dict[str, tuple[int, int, int]] = {}
+    got = replay_auto([easy("e1"), hard("h1")], D, AUTO, TARGET, DRAFT, CURVE, counts=counts)
+    assert got is not None and set(counts) == {"e1", "h1"}
+    steps, drafted, kept = counts["e1"]
+    assert steps + kept == 48 and drafted >= kept > 40 and steps < 8
+    steps, drafted, kept = counts["h1"]
+    # after the easy prompt it keeps looking, and loses every look but the opening's (unrecorded: the true token)
+    assert steps + kept == 48 and kept <= 1 and drafted > 40
