@@ -1,4 +1,4 @@
-"""k=auto against the grid of fixed setups, judged offline: the policy replayed over one finder calibration.
+"""k=auto against the grid of fixed setups, judged offline: the policy replayed over finder calibrations.
 
 1. The finder's calibration (`python -m app tune`'s first phase: the baseline and a k=24, cstop=0.02 calibration
    lane of the draft, prompt by prompt) on the prompts — or the records of an earlier one (`--records PATH`: read
@@ -35,15 +35,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-GRID = tuple((k, cs) for k in (2, 4, 8, 16, 24) for cs in (0.0, 0.3, 0.5))
-
-
 def _label(k: int, cs: float) -> str:
     return f"k={k}" + (f",cstop={cs:g}" if cs else "")
 
 
 def main() -> int:
     from finder_accuracy import DRAFT, TARGET, calibrate
+    from tune_grid import CSTOPS, KS  # the grid tune_grid.py benches
 
     from app.core.costs import machine_summary
     from app.core.tuning import Candidate, price_candidate
@@ -96,7 +94,7 @@ def main() -> int:
         base.update(auto.base_wall_s)
         cat.update(auto.categories)
         pred["auto"].update(auto.pred_wall_s)
-        for k, cs in GRID:
+        for k, cs in ((k, cs) for k in KS for cs in CSTOPS):
             priced = price_candidate(Candidate(drafter, _label(k, cs), k, 0.0, cs), records, curve, draft_curve)
             if priced is not None:
                 pred[_label(k, cs)].update(priced.pred_wall_s)
