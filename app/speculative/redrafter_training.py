@@ -458,6 +458,15 @@ def train(engine, name: str, minutes: float, corpus: list[str], vocab: int, dept
     return t.run(t_start + budget, seed, min_steps)
 
 
+def learning_rate(step: int, clock_frac: float, run_steps: int, min_steps: int) -> float:
+    """The rate at overall step `step`: a warm-up over the first 50 steps, then a cosine decay to a tenth over this
+    run — how far it is: by the clock (`clock_frac` of its budget), or by `min_steps` where those are further off
+    (`run_steps` made so far), so a busy machine whose gathering ate the budget still decays over the steps it
+    trains rather than training them all at the floor."""
+    frac = min(clock_frac, run_steps / min_steps) if min_steps > 0 else clock_frac
+    return 1e-3 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0.0, frac)))))
+
+
 class _Trainer:
     """One training run of a head: from a checkpoint or new, validated every minute, the best head kept."""
 
@@ -495,7 +504,8 @@ class _Trainer:
 
     def run(self, deadline: float, seed: int, min_steps: int = 0) -> dict:
         """Train until the deadline — and at least until this run made `min_steps` steps (a busy machine still gets
-        that much training) — saving every minute (and on an interrupt); returns the final summary."""
+        that much training, its learning rate scheduled over whichever is further off) — saving every minute (and on
+        an interrupt); returns the final summary."""
         head = self.head
         ex = _examples(self.train_data, self.depth)
         rng = random.Random(seed + self.step)
@@ -506,11 +516,11 @@ class _Trainer:
         ema = None
         head.train()
         try:
-            until_step = self.step + max(0, min_steps)
+            step0, until_step = self.step, self.step + max(0, min_steps)
             while time.monotonic() < deadline or self.step < until_step:
-                frac = (time.monotonic() - self.t_run) / run_s
-                for grp in self.opt.param_groups:  # warm up, then decay to a tenth over this run's budget
-                    grp["lr"] = 1e-3 * min(1.0, (self.step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+                lr = learning_rate(self.step, (time.monotonic() - self.t_run) / run_s, self.step - step0, min_steps)
+                for grp in self.opt.param_groups:
+                    grp["lr"] = lr
                 h, e, labels = _batch(self.train_data, rng.sample(ex, min(128, len(ex))), self.embed, self.t2d, self.depth)
                 h = h + torch.randn_like(h) * NOISE * h.pow(2).mean(-1, keepdim=True).sqrt()  # EAGLE's feature noise: generalise
                 loss, hits = _loss(head, h, e, labels)

@@ -224,12 +224,13 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     loss, saves it where `redrafter:<name>` finds it; a bench lane with it matches the baseline; a second run resumes
     (same data, more steps).
 
-    What a time budget gathers follows the CPU's speed (~3,700 training positions and a 0.32 depth-1 chain acceptance
-    on a quiet 2-core machine, about half of that when it is busy, 0.03 while a model converted beside it; none at all
-    when the suite ran two tests at a time beside other work): so the run trains at least 80 steps (`--min-steps`,
-    past the budget on a slow machine; 7 of 65 held-out first tokens right after 80 steps on a quiet machine, with a
-    4,096-token vocabulary), and the floors below hold for a machine several times slower and still fail a
-    gatherer or a trainer that is broken."""
+    What a time budget gathers follows the CPU's speed (from a fresh start on a 2-core machine, quiet or with three
+    busy processes beside it: 2,048 training positions, one batch of stdlib windows, and 65 held-out positions), so
+    the run trains at least 80 steps (`--min-steps`, past the budget on a slow machine, the rate decayed over those
+    steps): 6–10 of the 65 held-out first tokens right on that machine quiet, 8–10 beside three busy processes (seeds
+    0–2), 0 for an untrained head. Before the rate followed the steps, a loaded CI machine trained all 80 at its floor
+    and got 1. The floors below hold for a machine several times slower and still fail a gatherer or a trainer that
+    is broken."""
     env = {**os.environ, "SPECDECK_HEADS": str(tmp_path / "heads")}
     cmd = [sys.executable, "-m", "app", "train-drafter", "--target", "smollm2-135m-instruct", "--name", "smol", "--minutes", "0.3",
            "--vocab", "4096", "--min-steps", "80", "--quiet"]
@@ -242,9 +243,10 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     assert m["target"] == "smollm2-135m-instruct" and tr["train_positions"] > 500 and tr["heldout_positions"] > 50
     assert acc["positions"] >= 10
     # better than chance: at least two held-out first tokens right, where a random 4096-way guess is right 0.02 % of
-    # the time (two of 65 by chance: ~1e-4); a loaded machine gathers less in the same time
+    # the time (two of 65 by chance: ~1e-4), for the greedy chain and among the 4 beams' first tokens (which need not
+    # include the greedy one: beam search keeps the best 4 whole paths; two of 65 by chance: ~2e-3)
     assert acc["chain"][0] * acc["positions"] >= 2 - 1e-9, acc
-    assert acc["tree"][0] >= acc["chain"][0]  # the 4 beams' first tokens include the greedy one
+    assert acc["tree"][0] * acc["positions"] >= 2 - 1e-9, acc
     assert tr["steps"] >= 80 and 0 < tr["best_step"] <= tr["steps"] and math.isfinite(tr["validation_loss"])  # the kept head: validated
     steps1 = tr["steps"]
     r = subprocess.run([*cmd[:-3], "--minutes", "0.1", "--min-steps", "20", "--quiet"], capture_output=True, text=True, env=env, timeout=600)
@@ -260,6 +262,25 @@ def test_train_a_smollm2_head_then_run_it_lossless_and_resume(tmp_path):
     red = [x for x in runs if x["setup"] == "redrafter:smol,beams=2,depth=2"]
     assert red and all(x["identical_to_baseline"] for x in red)
     assert all(x["tree_steps"] > 0 for x in red)
+
+
+def test_the_rate_decays_over_the_steps_a_busy_machine_still_trains():
+    """`learning_rate`: warm-up over 50 steps, cosine decay to a tenth over the run. Where the clock ran out before
+    training began (a loaded machine's gathering ate the budget) and `--min-steps` keeps it going, the decay follows
+    those steps — not the floor from the first step on; without `--min-steps` the clock alone decides."""
+    from app.speculative.redrafter_training import learning_rate
+
+    assert learning_rate(0, 0.0, 0, 0) == pytest.approx(1e-3 / 50)
+    assert learning_rate(49, 0.0, 49, 0) == pytest.approx(1e-3)
+    assert learning_rate(100, 1.0, 100, 0) == pytest.approx(1e-4)  # the clock's end: the floor
+    assert learning_rate(100, 5.0, 100, 0) == pytest.approx(1e-4)  # past it too
+    # the clock long past, 80 steps to make: the rate at step 40 is half-way down the cosine, not the floor
+    assert learning_rate(60, 3.0, 40, 80) == pytest.approx(1e-3 * 0.55)
+    assert learning_rate(80, 3.0, 80, 80) == pytest.approx(1e-4)
+    # a quiet machine whose clock is behind its steps: the clock decides
+    assert learning_rate(60, 0.25, 60, 80) == pytest.approx(1e-3 * (0.1 + 0.45 * (1 + math.cos(math.pi / 4))))
+    lrs = [learning_rate(s, 10.0, s, 80) for s in range(81)]
+    assert all(a >= b for a, b in zip(lrs[50:], lrs[51:], strict=False))  # after the warm-up, only down
 
 
 def test_batched_generations_are_the_targets_own_text():
