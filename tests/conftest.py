@@ -189,14 +189,31 @@ def tune_report(tiny_pair, tmp_path_factory) -> tuple[dict, str, Path]:
     """The setup finder run once, as users run it (`python -m app tune`), on the tiny pair and the quick suite:
     (its JSON report, its stdout, the report's path). Shared by the CLI's and the dialog's tests (~1.5 min). Every
     drafter is calibrated on every prompt (`--calibrate-all`), so the report does not hang on whether the tiny draft
-    is dropped after two prompts (tested on literal records in test_tune.py)."""
+    is dropped after two prompts (tested on literal records in test_tune.py). With kind `redrafter`: two ReDrafter heads
+    saved for the tiny target in a heads folder of its own, which the confirmation measures: one with random weights,
+    one whose hidden size does not fit the target (its lane fails; the others run on)."""
     import json
     import subprocess
     import sys
 
+    import torch
+
+    from app.engines.registry import resolve
+    from app.speculative.redrafter import HeadConfig, HeadManifest, ReDrafterHead, save_head
+
     t, d = (str(p) for p in tiny_pair)
-    out = tmp_path_factory.mktemp("tune") / "tune.json"
-    r = subprocess.run([sys.executable, "-m", "app", "tune", "--target", t, "--draft", d, "--kinds", "draft,ngram,tree", "--dtypes", "int8",
-                        "--suite", "quick", "--minutes", "6", "--calibrate-all", "--max-new-tokens", "12", "--no-chat", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    root = tmp_path_factory.mktemp("tune")
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(0)
+        head = ReDrafterHead(HeadConfig(hidden=64, vocab=4096, target_vocab=49152))
+        head.vocab_ids.copy_(torch.arange(0, 49152, 12))
+    for name, h in (("tiny-head", head), ("tiny-misfit", ReDrafterHead(HeadConfig(hidden=32, vocab=16, target_vocab=49152)))):
+        save_head(root / "heads" / name, h, HeadManifest(name=name, kind="redrafter", target=resolve(t).name, target_weights="",
+                                                          config=vars(h.cfg)))
+    out = root / "tune.json"
+    env = {**os.environ, "SPECDECK_HEADS": str(root / "heads")}
+    r = subprocess.run([sys.executable, "-m", "app", "tune", "--target", t, "--draft", d, "--kinds", "draft,ngram,tree,redrafter",
+                        "--dtypes", "int8", "--suite", "quick", "--minutes", "6", "--calibrate-all", "--max-new-tokens", "12", "--no-chat",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(out.read_text()), r.stdout + r.stderr, out

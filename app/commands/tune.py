@@ -32,12 +32,15 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
-#: the draft's chain calibration); ReDrafter heads are named in the output as not tried
+#: the draft's chain calibration); ReDrafter heads trained for the target are measured in the confirmation run, not
+#: priced (their beams depend on the target's hidden states, which a chain calibration does not record)
 KINDS = ("draft", "ngram", "tree", "redrafter")
 PRICED_KINDS = ("draft", "ngram", "tree")
+#: the most ReDrafter heads measured in a confirmation (those with the best held-out acceptance)
+MAX_HEADS = 2
 #: share of the budget the calibration may take (the rest confirms)
 CALIBRATION_SHARE = 0.5
 #: a drafter whose best priced setup is below DROP_BELOW of another's after DROP_AFTER prompts is calibrated no more
@@ -53,7 +56,8 @@ def add_parser(sub) -> None:
     t.add_argument("--draft", action="append", metavar="ENGINE", help="draft model engine, repeatable (default: the engines "
                    "sharing the target's tokenizer and backend that are smaller than it)")
     t.add_argument("--kinds", default="draft,ngram,tree", help=f"drafter kinds to try, comma-separated, of {', '.join(KINDS)} "
-                   "(default draft,ngram,tree: static token trees are priced from the draft's chain calibration)")
+                   "(default draft,ngram,tree: static token trees are priced from the draft's chain calibration; redrafter: the heads "
+                   "trained for the target are measured in the confirmation run, not priced)")
     t.add_argument("--dtypes", default=None, help="draft precisions to try for PyTorch drafts (default int8 and the draft's own)")
     t.add_argument("--suite", help="built-in suite: " + ", ".join(list_suites()) + " (default specbench)")
     t.add_argument("--prompts", help="JSONL file with id, prompt[, category]")
@@ -117,6 +121,34 @@ def drafters(target_manifest, drafts: list[str], kinds: tuple[str, ...], dtypes:
     return list(dict.fromkeys(out))
 
 
+def heads_for(target_manifest, kinds: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """With kind `redrafter`: the `redrafter:<head>` setups the confirmation measures — heads trained for this target
+    (`train-drafter`), the MAX_HEADS with the best held-out depth-1 acceptance first — and what the report says of
+    the kind where none is measured (no hf target, no head trained, more heads than measured)."""
+    if "redrafter" not in kinds:
+        return [], []
+    from app.speculative.redrafter import heads_dir, list_heads
+
+    name = target_manifest.name
+    train = f"python -m app train-drafter --target {name} --minutes 10"
+    if target_manifest.backend != "hf":
+        return [], [f"redrafter: heads draft from the target's hidden states, which only hf (PyTorch) targets give ({name} is "
+                    f"{target_manifest.backend})"]
+
+    def first_token(m) -> float:
+        chain = (m.training.get("heldout_acceptance") or {}).get("chain") or [0.0]
+        return float(chain[0])
+
+    mine = sorted((m for m in list_heads() if m.target == name), key=lambda m: (-first_token(m), m.name))
+    if not mine:
+        return [], [f"redrafter: no head trained for {name} in {heads_dir()} (train one: {train})"]
+    setups = [f"redrafter:{m.name}" for m in mine[:MAX_HEADS]]
+    notes = ([f"redrafter: {len(mine) - MAX_HEADS} more head(s) for {name} not measured "
+              f"({', '.join(m.name for m in mine[MAX_HEADS:])}; the finder measures the {MAX_HEADS} with the best held-out acceptance)"]
+             if len(mine) > MAX_HEADS else [])
+    return setups, notes
+
+
 def calibration_setup(drafter: str, model: bool) -> str:
     """The setup string of a drafter's calibration lane (long proposals, a low cumulative stop)."""
     from app.core.tuning import CAL_CSTOP, CAL_K
@@ -177,7 +209,9 @@ class Finder:
         drafts = args.draft if args.draft else (default_drafts(self.target) if "draft" in self.kinds else [])
         self.drafters = drafters(self.target, drafts, self.kinds, args.dtypes)
         if not self.drafters:
-            raise SetupError("nothing to try", fix="--kinds draft,ngram,tree (ReDrafter heads are not priced by the finder yet)")
+            raise SetupError("nothing to price: ReDrafter heads are measured beside the priced setups, not alone",
+                             fix="--kinds draft,ngram,tree,redrafter")
+        self.heads, self.head_notes = heads_for(self.target, self.kinds)
         self.sampling = Sampling(args.temperature, 1.0, 0, args.seed, args.max_new_tokens).validated()
         self.chat = not args.no_chat
         self.w = WorkerRun(quiet)
@@ -398,7 +432,7 @@ class Finder:
         models = [p.candidate.drafter for p in ranked if p.candidate.kind == "draft"] + [d for d, m in self.drafters if m]
         if models:
             chosen.append(auto_setup(models[0]))
-        return list(dict.fromkeys(chosen))[:8]
+        return list(dict.fromkeys(chosen))[:8] + self.heads  # ReDrafter heads: measured, not priced
 
     def run_confirm(self, setups: list[str]) -> None:
         from app.worker.plan import RunResults
@@ -422,6 +456,13 @@ def _measured(confirm: Phase | None) -> dict[str, dict]:
     return {s["setup"]: dict(speedup=s["speedup"], tokens_per_s=s["tokens_per_s"], alpha=s["acceptance_rate"], tau=s["mean_accepted_len"],
                              identical_runs=s["identical_runs"], runs=s["runs"], by_category=by.get(s["setup"], {}))
             for s in doc["summary"]}
+
+
+def measured_only_why(setup: str) -> str:
+    """The `why` of a setup the confirmation measured but the finder did not price."""
+    if setup.startswith("redrafter:"):
+        return "ReDrafter head, measured only: its beams follow the target's hidden states, which the calibration does not record"
+    return "measured only (not priced)"
 
 
 def _tokens_per_s(p, tokens: dict[str, int], prompt_ids: list[str]) -> float | None:
@@ -460,8 +501,9 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
             predicted_confirmed_tokens_per_s=_tokens_per_s(p, tokens, on_confirmed) if m and on_confirmed else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
-    # anything measured but not priced (k=auto where its drafter had no profile or records)
-    extra = [dict(setup=s, measured=m) for s, m in confirmed.items() if s != "baseline" and s not in {c["setup"] for c in cands}]
+    # anything measured but not priced (ReDrafter heads; k=auto where its drafter had no profile or records)
+    extra = [dict(setup=s, measured=m, why=measured_only_why(s)) for s, m in confirmed.items()
+             if s != "baseline" and s not in {c["setup"] for c in cands}]
     # the winner: measured where confirmed (the real run decides), else predicted
     scored = [(c["measured"]["speedup"], c["setup"], "measured") for c in cands if c["measured"] and c["measured"].get("speedup")]
     scored += [(e["measured"]["speedup"], e["setup"], "measured") for e in extra if e["measured"].get("speedup")]
@@ -495,12 +537,17 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
                          f"V({n}) ≤ {need:.2f} (it costs {now:.2f} here)" if need >= 1.0 else
                          f"for {name} to gain another 10 %, a cheaper verify alone would not do (its {n} tokens a step would have "
                          f"to cost less than one forward): it needs longer accepted runs or a cheaper draft")
-    not_tried = [f"{k}: the finder prices chains of drafts, lookups and static token trees; try redrafter: lanes by hand"
-                 for k in f.kinds if k not in PRICED_KINDS]
+    cal, conf = f.calibration, f.confirm
+    not_tried = list(f.head_notes)
+    if conf is not None:  # a head that could not run (trained on other weights, a broken file): why, from its lane
+        for h in f.heads:
+            if label(h) not in confirmed:
+                why_not = next((e.message.splitlines()[0] for k, e in conf.results.errors.items()
+                                if k is not None and (i := conf.plan.setup_index(k)) is not None and conf.plan.setups[i] == h), "no result")
+                not_tried.append(f"{h} did not run: {why_not}")
     if "tree" in f.kinds:
         not_tried.append(f"dynamic trees (tree: without a shape: the draft's choices depend on branches a chain calibration "
                          f"never sees) and static trees wider than {ALTS} at a level: try them by hand")
-    cal, conf = f.calibration, f.confirm
     not_tried += list(cal.dropped.values()) if cal is not None else []
     if cal is not None and len(cal.prompts_done) < len(f.prompts):
         not_tried.append(f"{len(f.prompts) - len(cal.prompts_done)} of {len(f.prompts)} prompts not calibrated (time budget)")
@@ -584,7 +631,7 @@ def render(doc: dict, top: int = 12) -> str:
     for e in doc["other_measured"]:
         m = e["measured"]
         lines.append(f"{'':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
-                     f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  measured only (not priced)")
+                     f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  {e.get('why') or measured_only_why(e['setup'])}")
     if any(c["measured"] for c in shown) and partial_note(doc):
         lines.append(partial_note(doc))
     if doc["winner"]:

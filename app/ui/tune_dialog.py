@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.commands.tune import partial_note, predicted_cell, verify_note
+from app.commands.tune import measured_only_why, partial_note, predicted_cell, verify_note
 
 __all__ = ["TuneDialog", "winner_lanes", "command_line"]
 
@@ -99,7 +99,8 @@ class TuneDialog(QDialog):
         self.kind_checks: dict[str, QCheckBox] = {}
         for k, on, tip in (("draft", True, "draft models: k × stop × cstop"), ("ngram", True, "prompt lookup: k"),
                            ("tree", True, "static token trees (e.g. 3x1x1) of each draft, priced from its chain calibration"),
-                           ("redrafter", False, "not priced by the finder yet: try redrafter: lanes by hand")):
+                           ("redrafter", False, "ReDrafter heads trained for the target (train-drafter): measured in the confirmation run beside "
+                            "the priced setups, not priced")):
             cb = QCheckBox(k)
             cb.setChecked(on)
             cb.setToolTip(tip)
@@ -260,7 +261,7 @@ class TuneDialog(QDialog):
         rows = [c for c in doc.get("candidates", []) if c.get("measured")] + [c for c in doc.get("candidates", [])[:12] if not c.get("measured")]
         rows.sort(key=lambda c: c["rank"])
         rows += [dict(rank=None, setup=e["setup"], predicted_speedup=None, measured=e["measured"], alpha=e["measured"].get("alpha"),
-                      tau=e["measured"].get("tau"), why="measured only (not priced)") for e in doc.get("other_measured", [])]
+                      tau=e["measured"].get("tau"), why=e.get("why") or measured_only_why(e["setup"])) for e in doc.get("other_measured", [])]
         prompts = doc.get("prompts", {})
         partial = len(prompts.get("confirmed", [])) < len(prompts.get("calibrated", []))
         self.table.setRowCount(len(rows))

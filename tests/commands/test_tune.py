@@ -37,6 +37,14 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     auto = [c for c in cands if ",k=auto" in c["setup"]]
     assert len(auto) == 1 and auto[0]["auto"] and auto[0]["predicted_speedup"] > 0 and auto[0]["measured"]["speedup"] > 0
     assert not any(",k=auto" in e["setup"] for e in doc["other_measured"])
+    # a ReDrafter head trained for the target (kind redrafter): measured beside them, not priced, and said so
+    (head,) = doc["other_measured"]
+    assert head["setup"] == "redrafter:tiny-head,beams=2,depth=2" and head["why"].startswith("ReDrafter head, measured only")
+    assert head["measured"]["runs"] == 3 and head["measured"]["identical_runs"] == 3 and head["measured"]["speedup"] > 0
+    # the misfit head's lane failed, alone, and the report says why
+    assert [t for t in doc["not_tried"] if t.startswith("redrafter")] == [
+        "redrafter:tiny-misfit did not run: ReDrafter head tiny-misfit does not fit tiny-target (hidden 32 vs 64, vocab 49152 vs 49152)"]
+    assert "redrafter:tiny-head,beams=2,depth=2" in out and "ReDrafter head, measured only" in out
     assert doc["winner"]["by"] == "measured" and doc["winner"]["speedup"] == max(
         [c["measured"]["speedup"] for c in measured] + [e["measured"]["speedup"] for e in doc["other_measured"]])
     assert set(doc["winners_by_category"]) == {"coding", "editing", "qa"}
@@ -54,6 +62,34 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
+
+
+def test_the_heads_a_finder_measures(tmp_path, monkeypatch):
+    """Kind `redrafter`: the heads trained for the target, best held-out first-token acceptance first, at most
+    MAX_HEADS of them (the rest named); where none can run or none was trained, one line says why and how to train
+    one; without the kind, nothing."""
+    import json
+    from types import SimpleNamespace
+
+    from app.commands.tune import MAX_HEADS, heads_for
+
+    monkeypatch.setenv("SPECDECK_HEADS", str(tmp_path))
+    target = SimpleNamespace(name="qwen-t", backend="hf")
+    kinds = ("draft", "redrafter")
+    none = heads_for(target, kinds)
+    assert none[0] == [] and len(none[1]) == 1 and f"no head trained for qwen-t in {tmp_path}" in none[1][0]
+    assert "python -m app train-drafter --target qwen-t" in none[1][0]
+    for name, tgt, first in (("a", "qwen-t", 0.2), ("b", "qwen-t", 0.4), ("c", "other", 0.9), ("d", "qwen-t", None), ("e", "qwen-t", 0.3)):
+        (tmp_path / name).mkdir()
+        training = {"heldout_acceptance": {"chain": [first, 0.1]}} if first is not None else {}
+        (tmp_path / name / "head.json").write_text(json.dumps(dict(name=name, kind="redrafter", target=tgt, target_weights="",
+                                                                   config={}, training=training)))
+    setups, notes = heads_for(target, kinds)
+    assert MAX_HEADS == 2 and setups == ["redrafter:b", "redrafter:e"]  # c is another target's
+    assert len(notes) == 1 and "2 more head(s) for qwen-t not measured (a, d;" in notes[0]
+    assert heads_for(target, ("draft",)) == ([], [])
+    s, n = heads_for(SimpleNamespace(name="llamacpp-t", backend="llamacpp"), kinds)
+    assert s == [] and "only hf (PyTorch) targets" in n[0]
 
 
 def test_the_drafters_tried_by_default(tiny_pair):

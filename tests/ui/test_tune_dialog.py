@@ -23,8 +23,11 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     d._finished(0)
     rows = [d.table.item(r, 1).text() for r in range(d.table.rowCount())]
     assert doc["winner"]["setup"] in rows and any(",k=auto" in s for s in rows)
+    r = rows.index("redrafter:tiny-head,beams=2,depth=2")  # measured, not priced: no rank, its why in the last column
+    assert d.table.item(r, 0).text() == "" and d.table.item(r, 7).text().startswith("ReDrafter head, measured only")
     assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
-    assert "break-even:" in d.summary.toPlainText() and "not tried: dynamic trees" in d.summary.toPlainText()
+    not_tried = next(x for x in d.summary.toPlainText().splitlines() if x.startswith("not tried: "))
+    assert "break-even:" in d.summary.toPlainText() and "redrafter:tiny-misfit did not run" in not_tried and "; dynamic trees" in not_tried
     assert ("verify cost:" in d.summary.toPlainText()) == (doc["verify_scale"] is not None)  # the line where a scale was fit
     assert w.costs.break_even.isVisibleTo(w.costs) and "to beat" in w.costs.break_even.text()
     assert d.use_btn.isEnabled()
