@@ -139,9 +139,8 @@ def schedule(
     (reads Cancel commands). sequential: one lane after another. interleaved: lanes of the same `group`
     advance round-robin one step each; groups run one after another, each starting its rounds at another lane
     (the list turned by a hash of the group's name: the same for a rerun), so that no lane — the baseline, first in
-    every plan — always steps first: on llama.cpp a lane that read its prompt right after the baseline was 1.03x,
-    the same lane 17th in its group 0.97x, with no draft forward in either (resources/bench/README.md, llama.cpp
-    rerun).
+    every plan — always steps first: where a lane steps in its round moves its timings (measured on llama.cpp:
+    resources/bench/README.md, "llama.cpp rerun").
     """
     waits = CpuWait()
     if waits.available:

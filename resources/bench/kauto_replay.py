@@ -25,6 +25,7 @@ Prints the CPU the calibration ran on; the figures of a run live in resources/be
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pickle
 import sys
@@ -94,7 +95,7 @@ def main() -> int:
         base.update(auto.base_wall_s)
         cat.update(auto.categories)
         pred["auto"].update(auto.pred_wall_s)
-        for k, cs in ((k, cs) for k in KS for cs in CSTOPS):
+        for k, cs in itertools.product(KS, CSTOPS):
             priced = price_candidate(Candidate(drafter, _label(k, cs), k, 0.0, cs), records, curve, draft_curve)
             if priced is not None:
                 pred[_label(k, cs)].update(priced.pred_wall_s)
