@@ -11,7 +11,9 @@ what it drafted (ids, or only a count), how many drafts the target kept, and how
   ``correction`` (``library`` for lanes that report tokens only);
 * text pieces (multi-byte safe, through the engine's incremental detokenizer) and rejected-draft text;
 * step 0 is the prefill: its time is ``prefill_s``; ``t_draft_s``, ``t_verify_s`` and ``draft_forwards`` of
-  LaneStats count the decode steps (1…) only;
+  LaneStats count the decode steps (1…) only; a draft that reads the prompt in a later step (k=auto's draft reads
+  it in the first step that drafts) has that reading counted in ``prefill_s`` too (``StepFacts.t_read_s``), so c is
+  a draft forward's cost in every lane;
 * α, τ and per-position counts (through :class:`~app.core.metrics.LaneAccumulator`).
 
 It builds every StepEvent and the lane's LaneStats, so these are computed in one place.
@@ -104,6 +106,8 @@ class StepFacts:
         drafted_ids: the drafts, when known; `drafted_count` when only their number is (then ids are ()).
         kind: force the target kind ("library" for token-only lanes); default by :func:`target_kind`.
         t_draft_s, t_verify_s: phase times of this step (seconds).
+        t_read_s: of t_draft_s, the draft reading the prompt (not a draft forward): a decode step's is counted in the
+            lane's prefill_s, not in its t_draft_s (the step's event keeps the whole t_draft_s it took).
         t_wall_s: the whole step's time; or give `t_start` (the runner's clock at the step's start) and the wall
             time is measured when the event is built, bookkeeping included.
         draft_forwards: draft model forwards this step (counted for decode steps only, as c is per forward).
@@ -125,6 +129,7 @@ class StepFacts:
     kind: TargetKind | None = None
     t_draft_s: float = 0.0
     t_verify_s: float = 0.0
+    t_read_s: float = 0.0
     t_wall_s: float | None = None
     t_start: float | None = None
     draft_forwards: int = 0
@@ -304,7 +309,9 @@ class LaneRecorder:
         if self.acc.steps == 0:
             self.prefill_s = t_wall_s
         else:
-            self.t_draft_s += f.t_draft_s
+            read = min(max(0.0, f.t_read_s), f.t_draft_s)
+            self.prefill_s += read  # the draft reading the prompt, whenever it does (StepFacts.t_read_s)
+            self.t_draft_s += f.t_draft_s - read
             self.t_verify_s += f.t_verify_s
             self.draft_forwards += f.draft_forwards
             if k >= len(self.k_hist):  # verify width k + 1, whatever was kept of it

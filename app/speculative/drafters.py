@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,7 +46,9 @@ class DraftContext:
 class Proposal:
     """ids: drafted tokens; q: their draft distributions [k, V] when sampled from a model (else None);
     q_drafted: q(d_i) per token when known (tooltips); forwards: draft model forward passes spent;
-    why: the reason for this k (k=auto), for tooltips; parents: for a token tree, each token's parent index
+    why: the reason for this k (k=auto), for tooltips; read_s: seconds of this proposal the draft spent reading the
+    prompt, not drafting (k=auto's draft reads it in the first step that drafts: the loop counts it as prefill and
+    keeps it out of the step times the policy learns c from); parents: for a token tree, each token's parent index
     (−1: the last token of the sequence; see app.speculative.tree), None for a chain; alts: a greedy draft model's
     ALTS best tokens at each drafted position, best (its draft) first — where the target rejects a draft, the rank of
     the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank)."""
@@ -57,6 +60,7 @@ class Proposal:
     why: str = ""
     parents: list[int] | None = None
     alts: list[tuple[int, ...]] | None = None
+    read_s: float = 0.0
 
 
 class Drafter(Protocol):
@@ -283,9 +287,14 @@ class DraftModelDrafter:
                 if len(ids) - common > 1:
                     why += f" (the draft would first catch up over {len(ids) - common} tokens)"
             return Proposal([], why=why)
+        read_s = 0.0
         if self.state is None:
+            t_read = time.perf_counter()
             self.state = self.engine.new_state()
             self._read_all_but_last(ids)  # as start() does for the other lanes (seen is empty: common is 0)
+            if hasattr(self.engine, "sync"):
+                self.engine.sync()
+            read_s = time.perf_counter() - t_read
             common = len(self.seen)
         if common < len(self.seen):
             self.state.crop(common)
@@ -334,7 +343,8 @@ class DraftModelDrafter:
             self._dropped = cum[0] if cum and not keep else None
             drafted, q_drafted, qs, alts = drafted[:keep], q_drafted[:keep], qs[:keep], alts[:keep]
             self._scores = list(q_drafted)
-        return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why, alts=alts or None)
+        return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why, alts=alts or None,
+                        read_s=read_s)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         if self.auto is not None:

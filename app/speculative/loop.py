@@ -9,7 +9,8 @@ emitted token afterwards. The baseline is the same loop with no drafter, so ever
 Timing (seconds, lane clock): each step's `t_draft_s`/`t_verify_s`/`t_wall_s` wrap its phases (synchronising
 CUDA first). Step 0 (prompt forward, with the draft's own prefill) is reported as `prefill_s`; `t_draft_s`,
 `t_verify_s` and `draft_forwards` of LaneStats count the later steps only, so per-step costs and c are not
-skewed by prompt length. `wall_s` is the whole generation, prefill included (Spec-Bench's convention);
+skewed by prompt length. A draft that reads the prompt in a later step (k=auto's, in the first step it drafts:
+Proposal.read_s) has that reading counted in `prefill_s` as well, and kept out of the times the drafter learns from. `wall_s` is the whole generation, prefill included (Spec-Bench's convention);
 `ttft_s` is lane start → first token.
 """
 
@@ -94,8 +95,9 @@ class LoopRunner:
                 ev, row, k = self._chain_step(rec, tstate, pending, prop, sampling, gen, t0)
             if drafter.wants_hidden:
                 hidden = tstate.hidden[row]
-            if ev.step > 0:
-                last = StepTiming(k + 1, ev.t_verify_s, ev.t_draft_s, prop.forwards, ev.t_wall_s, len(ev.emitted_ids))
+            if ev.step > 0:  # the draft reading the prompt is not a draft forward (Proposal.read_s)
+                read = min(prop.read_s, ev.t_draft_s)
+                last = StepTiming(k + 1, ev.t_verify_s, ev.t_draft_s - read, prop.forwards, ev.t_wall_s - read, len(ev.emitted_ids))
             seq.extend(ev.emitted_ids)
             if ev.emitted_ids:
                 pending = [ev.emitted_ids[-1]]
@@ -141,6 +143,7 @@ class LoopRunner:
             correction_rank=(alts.index(verdict.target_id) + 1 if verdict.target_id in alts else 0) if alts else None,
             t_draft_s=t1 - t0,
             t_verify_s=t2 - t1,
+            t_read_s=prop.read_s,
             t_start=t0,
             draft_forwards=prop.forwards,
             draft_probs=prop.q_drafted[:k] if prop.q_drafted else None,
@@ -192,6 +195,7 @@ class LoopRunner:
             kind="bonus" if verdict.is_bonus(tree) else "correction",
             t_draft_s=t1 - t0,
             t_verify_s=t2 - t1,
+            t_read_s=prop.read_s,
             t_start=t0,
             draft_forwards=prop.forwards,
             draft_probs=[q[j] for j in line] if q else None,

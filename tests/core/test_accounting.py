@@ -45,6 +45,21 @@ def test_steps_fold_into_events_and_stats():
     assert st.output_text == "<5><7><8><9><3><3><3><6>" and st.stop_reason == "length"
 
 
+def test_a_draft_reading_the_prompt_in_a_later_step_counts_as_prefill():
+    """k=auto's draft reads the prompt in the first step that drafts (StepFacts.t_read_s): the lane's prefill_s gets that
+    reading, its t_draft_s only the draft forwards, so c (t_draft_s per draft forward) means the same in every lane;
+    the step's event keeps the time the step took."""
+    r = rec()
+    r.step(StepFacts([5], accepted=0, t_verify_s=0.5, t_wall_s=0.6))  # step 0: nothing drafted, the draft read nothing
+    e1 = r.step(StepFacts([7, 8], accepted=1, drafted_ids=[7, 4], t_draft_s=0.3, t_read_s=0.2, t_verify_s=0.2, t_wall_s=0.55,
+                          draft_forwards=2))
+    r.step(StepFacts([3, 6], accepted=1, drafted_ids=[3], t_draft_s=0.05, t_verify_s=0.2, t_wall_s=0.3, draft_forwards=1))
+    st = r.finish().stats
+    assert e1.t_draft_s == pytest.approx(0.3)
+    assert st.prefill_s == pytest.approx(0.8) and st.t_draft_s == pytest.approx(0.15) and st.draft_forwards == 3
+    assert st.t_verify_s == pytest.approx(0.4)
+
+
 def test_eos_among_accepted_drafts_ends_the_step_without_a_target_token():
     r = rec()
     r.step(StepFacts([5], t_wall_s=0.1))

@@ -10,7 +10,7 @@ from app.core.metrics import first_divergence
 from app.core.setups import Sampling
 from app.engines.hf import HFEngine
 from app.engines.registry import resolve
-from app.speculative.drafters import DraftModelDrafter, NGramDrafter
+from app.speculative.drafters import DraftContext, DraftModelDrafter, NGramDrafter, Proposal
 from tests.helpers import run_lane
 
 PROMPTS = [
@@ -335,11 +335,44 @@ def test_k_auto_reads_the_prompt_as_a_fixed_lane_does(tiny, monkeypatch):
     assert fixed[:2] == auto[:2] == [len(ids) - 1, 1]
 
 
+def test_a_k_auto_draft_reading_the_prompt_late_is_not_taken_for_drafting(tiny):
+    """k=auto's draft reads the prompt in the first step that drafts (here step 0 is skipped, as an opening that does
+    not pay is): that proposal says how long the reading took (Proposal.read_s), the step times the policy learns c
+    and o from leave it out — a draft forward would otherwise look several times dearer for a few steps — and the
+    lane counts it in prefill_s, as a fixed lane's draft reading the prompt in step 0 is. No other proposal reads."""
+    from app.speculative.policy import AutoK
+
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[0], chat=False)
+    proposals, timings = [], []
+
+    class SkipsTheOpening(DraftModelDrafter):
+        def propose(self, ctx):
+            timings.append(ctx.last)
+            prop = Proposal([]) if len(ctx.ids) <= len(ids) else super().propose(ctx)
+            proposals.append(prop)
+            return prop
+
+    flat = AutoK(_curve(lambda n: 1.0 + 0.01 * n), draft=_curve(lambda n: 0.1 + 0.01 * n, t1=0.001))
+    steps, st = run(target, SkipsTheOpening(draft, auto=flat), ids, Sampling(max_new_tokens=24))
+    read = [i for i, p in enumerate(proposals) if p.read_s > 0]
+    assert len(read) == 1 and read[0] >= 1 and proposals[read[0]].ids  # one reading, in the first step that drafted
+    i, r = read[0], proposals[read[0]].read_s
+    assert steps[i].t_draft_s >= r  # the event keeps the whole step
+    seen = timings[i + 1]  # what the drafter was told of that step, at the next one
+    assert seen.t_draft_s == pytest.approx(steps[i].t_draft_s - r) and seen.t_wall_s == pytest.approx(steps[i].t_wall_s - r)
+    assert st.prefill_s == pytest.approx(steps[0].t_wall_s + r)
+    assert st.t_draft_s == pytest.approx(sum(e.t_draft_s for e in steps[1:]) - r)
+    # a fixed lane's draft reads the prompt in start(): none of its proposals reads
+    fixed = DraftModelDrafter(draft, k=3)
+    fixed.start(list(ids))
+    assert fixed.propose(DraftContext(list(ids), 10)).read_s == 0.0
+
+
 def test_k_auto_spreads_reading_a_long_prompt_over_the_tokens_left(tiny):
     """The draft reads the prompt once per lane, whenever it first drafts: k=auto spreads that cost over the tokens
     left instead of charging it to one step — charged whole, a long prompt (RAG) kept it from ever starting — so with
     many tokens to go it drafts from step 0, and with one token left it does not pay to read the prompt."""
-    from app.speculative.drafters import DraftContext
     from app.speculative.policy import AutoK
 
     target, draft = tiny
@@ -361,7 +394,6 @@ def test_k_auto_spreads_reading_a_long_prompt_over_the_tokens_left(tiny):
 def test_k_auto_sampling_keeps_proposal_and_distributions_aligned(tiny):
     """With sampling, a k=auto proposal that keeps fewer drafts than it made must pass the verifier the draft
     distributions of exactly the kept drafts (q[i] is the distribution d_i was sampled from)."""
-    from app.speculative.drafters import DraftContext
     from app.speculative.policy import AutoK
 
     target, draft = tiny
