@@ -40,7 +40,8 @@ from dataclasses import dataclass, replace
 from app.core.costs import CostProfile
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember"]
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+           "forget"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -417,3 +418,8 @@ def recall(key: tuple) -> tuple[AutoK, Calibration] | None:
 def remember(key: tuple, auto: AutoK, cal: Calibration) -> None:
     """Keep this lane's policy state as the pair's latest (the next lane of the pair copies it)."""
     _LEARNT[key] = (auto, cal)
+
+
+def forget(key: tuple) -> None:
+    """Drop what lanes of this key learnt (the next lane starts from the priors)."""
+    _LEARNT.pop(key, None)

@@ -11,8 +11,12 @@ T(1) the baseline's — so the policy learns costs as it would in a lane (StepTi
 its own prior, as a real lane has.
 
 The prompts are replayed in order in one "worker": what the policy learnt on one prompt carries to the next (the
-lane's `memory`), kept apart from this process's real lanes. Where the calibration has no record (a position after
-a fully kept proposal, where the target emitted its own token) the draft proposes the true token at confidence 0.9.
+lane's `memory`), kept apart from this process's real lanes. Where the calibration has no record — a position after
+a fully kept proposal, where the target emitted its own token (3 % of the positions of the 24 Spec-Bench prompts'
+calibrations) — a fixed setup's priced step ends (app.core.tuning.replay_positions), and k=auto's draft proposes a
+token it is unsure of (LOST_Q) that the target rejects: the policy stops there, at the cost of that one draft. (The
+true token at confidence 0.9, as before, let k=auto draft through positions where every fixed setup stopped, and put
+it 0.7 % higher against the grid.)
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from app.speculative.policy import AUTO_K_MAX, AutoK, StepTiming
 
 __all__ = ["replay_auto", "UNRECORDED_Q", "LOST_Q", "PROMPT_LEN"]
 
-#: the draft's confidence where the calibration did not draft: a position after a fully kept proposal (kept), and
-#: drafts past a rejection beyond those the calibration made (off the answer)
+#: the draft's confidence past the answer's recorded end (kept), and of drafts past a rejection beyond those the
+#: calibration made and at a position the calibration did not draft (off the answer)
 UNRECORDED_Q = 0.9
 LOST_Q = 0.05
 _V = 1 << 16  # vocabulary of the replayed draft: large enough that a confidence of 1e-4 is still its best token
@@ -62,8 +66,10 @@ class _ReplayState:
         off = next((i for i, t in enumerate(gen) if t != _TRUE), None)
         if off is None:  # on the answer: the record at this position
             pos = self.seq[len(gen)] if len(gen) < len(self.seq) else None
-            if pos is None or pos.q is None:
+            if pos is None:
                 q, tok = UNRECORDED_Q, _TRUE
+            elif pos.q is None:  # the calibration's bonus position: priced as fixed setups are (see the module doc)
+                q, tok = LOST_Q, _WRONG
             else:
                 q, tok = pos.q, (_TRUE if pos.kept else _WRONG)
         else:  # past a rejected draft: the confidences the calibration drafted there
@@ -85,7 +91,8 @@ class _ReplayDraft:
 
 
 def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: CostProfile, draft: CostProfile | None,
-                verify: Sequence[float], counts: dict[str, tuple[int, int, int]] | None = None) -> Priced | None:
+                verify: Sequence[float], counts: dict[str, tuple[int, int, int]] | None = None,
+                memory: tuple | None = None) -> Priced | None:
     """Price `setup` (the drafter's k=auto) by replaying the policy over each prompt's calibration lane of `drafter`.
 
     Args:
@@ -96,12 +103,15 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
         verify: the verify curve of this run (the finder's, fitted to the calibration's verifies): the replay's time.
         counts: if given, filled with each replayed prompt's (steps, drafted, kept), step 0 included — what a bench
             reports of a lane.
+        memory: the key under which what the policy learns carries from prompt to prompt; given, it also carries to
+            the next call with the same key (the caller ends it with policy.forget), so prompts of several
+            calibrations can be replayed in one order; None: this call's own, forgotten at its end.
 
     Returns:
         A Priced candidate (k = AUTO_K_MAX, its predicted wall per prompt, α, τ, mean drafts and units per decode
         step), or None where no prompt has a recorded lane of the drafter with confidences.
     """
-    key = ("replay", uuid.uuid4().hex)  # this replay's own memory, apart from real lanes'
+    key = memory if memory is not None else ("replay", uuid.uuid4().hex)  # apart from real lanes'
     pred: dict[str, float] = {}
     base: dict[str, float] = {}
     cats: dict[str, str] = {}
@@ -135,15 +145,16 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 d.feedback(k, a)
                 n_steps, n_drafted, n_kept = n_steps + 1, n_drafted + k, n_kept + a
                 t_draft = prop.forwards * price.c * t1
+                rs = 0.0  # the draft reading the prompt, in the first step that drafts (Proposal.read_s)
                 if prop.forwards and not read:
-                    t_draft, read = t_draft + read_s, True
+                    t_draft, read, rs = t_draft + read_s, True, read_s
                 if n_gen == 0:  # step 0: the prompt's forward verifies the drafts
                     wall += pc.base_prefill_s + t_draft + k * price.marginal_verify() * t1
                 else:
                     t_v = price.v(k + 1) * t1
                     w = t_v + t_draft + price.o * t1
                     wall += w
-                    last = StepTiming(k + 1, t_v, t_draft, prop.forwards, w, a + 1)
+                    last = StepTiming(k + 1, t_v, t_draft - rs, prop.forwards, w - rs, a + 1)  # as the loop tells a drafter
                     tot["tok"] += a + 1
                     tot["steps"] += 1
                     tot["acc"] += a
@@ -157,7 +168,8 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             base[pc.prompt_id] = pc.base_wall_s
             cats[pc.prompt_id] = pc.category
     finally:
-        policy._LEARNT.pop(key, None)
+        if memory is None:
+            policy.forget(key)
     if not pred:
         return None
     steps = tot["steps"] or 1
