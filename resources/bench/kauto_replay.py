@@ -28,6 +28,7 @@ import argparse
 import itertools
 import json
 import pickle
+import random
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -45,7 +46,9 @@ def main() -> int:
     from tune_grid import CSTOPS, KS  # the grid tune_grid.py benches
 
     from app.core.costs import machine_summary
+    from app.core.prompts import load_jsonl
     from app.core.tuning import Candidate, price_candidate
+    from app.speculative.policy import forget
     from app.speculative.replay import replay_auto
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,6 +58,13 @@ def main() -> int:
     ap.add_argument("--records", action="append", default=[],
                     help="a calibration's records: read if the file exists, else written after calibrating --prompts; repeat it "
                          "to pool several calibrations (each replayed on its own, from the priors, with its own verify curve)")
+    ap.add_argument("--orders", type=int, default=1,
+                    help="replay k=auto over this many orders of each calibration's prompts (the first: the finder's; the "
+                         "others seeded shuffles): what the policy carries from prompt to prompt makes a prompt's result "
+                         "depend on the prompts before it; per prompt and category the mean over the orders is reported, "
+                         "and the worst category's worst order")
+    ap.add_argument("--order", help="a JSONL prompts file (a bench's --prompts): replay every calibration's prompts in its "
+                                     "order, in one worker, as that bench met them")
     ap.add_argument("--json", default="/tmp/kauto-replay.json")
     args = ap.parse_args()
 
@@ -83,23 +93,55 @@ def main() -> int:
     pred: dict[str, dict[str, float]] = defaultdict(dict)
     base: dict[str, float] = {}
     cat: dict[str, str] = {}
-    done: dict[str, tuple[int, int, int]] = {}  # what k=auto did on each prompt: steps, drafted, kept
+    done: dict[str, tuple[int, int, int]] = {}  # what k=auto did on each prompt (the finder's order): steps, drafted, kept
     ids: list[str] = []
+    rng = random.Random(0)
+    orders = max(1, args.orders)
+    items = [(d, pc) for d, doc in enumerate(docs) for pc in doc["records"]]  # every recorded prompt, with its calibration
+    if args.order:  # one worker meets every calibration's prompts in this order
+        where = {pc.prompt_id: (d, pc) for d, pc in items}
+        want = [p.id for p in load_jsonl(args.order)]
+        if missing := [i for i in want if i not in where]:
+            ap.error(f"--order names prompts no calibration recorded: {', '.join(missing)}")
+        first = [[where[i] for i in want]]
+    else:  # each calibration as the finder met it, in a worker of its own
+        first = [[(d, pc) for pc in doc["records"]] for d, doc in enumerate(docs)]
+    for o in range(orders):
+        if o == 0:
+            sequences = first
+        elif args.order:
+            sequences = [rng.sample(first[0], len(first[0]))]
+        else:
+            sequences = [rng.sample(seq, len(seq)) for seq in first]
+        for seq in sequences:
+            key = ("kauto_replay", o)  # one worker: what the policy learns carries along the sequence
+            try:
+                for d, pc in seq:
+                    doc = docs[d]
+                    t_prof, d_prof = doc["profiles"]
+                    auto = replay_auto([pc], drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, doc["curve"],
+                                       counts=done if o == 0 else None, memory=key)
+                    if auto is None:
+                        continue
+                    if o == 0:
+                        ids.append(pc.prompt_id)
+                        base.update(auto.base_wall_s)
+                        cat.update(auto.categories)
+                    pred[f"auto#{o}"].update(auto.pred_wall_s)
+            finally:
+                forget(key)
+    if not ids:
+        print("no calibration lane with the draft's confidences to replay", file=sys.stderr)
+        return 1
+    for i in ids:  # k=auto's wall on a prompt: the mean over the orders
+        pred["auto"][i] = sum(pred[f"auto#{o}"][i] for o in range(orders)) / orders
     for doc in docs:
-        records, curve, draft_curve, (t_prof, d_prof) = doc["records"], doc["curve"], doc["draft_curve"], doc["profiles"]
-        auto = replay_auto(records, drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, curve, counts=done)
-        if auto is None:
-            print("no calibration lane with the draft's confidences to replay", file=sys.stderr)
-            return 1
-        ids += [pc.prompt_id for pc in records if pc.prompt_id in auto.pred_wall_s]
-        base.update(auto.base_wall_s)
-        cat.update(auto.categories)
-        pred["auto"].update(auto.pred_wall_s)
+        records, curve, draft_curve = doc["records"], doc["curve"], doc["draft_curve"]
         for k, cs in itertools.product(KS, CSTOPS):
             priced = price_candidate(Candidate(drafter, _label(k, cs), k, 0.0, cs), records, curve, draft_curve)
             if priced is not None:
                 pred[_label(k, cs)].update(priced.pred_wall_s)
-    fixed = [n for n in pred if n != "auto"]
+    fixed = [n for n in pred if not n.startswith("auto")]
 
     def speedup(name: str, group: list[str]) -> float:
         return sum(base[i] for i in group) / sum(pred[name][i] for i in group)
@@ -129,8 +171,15 @@ def main() -> int:
         print(f"{c:<14} {len(group):>2} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}")
     worst = min((r for r in by_cat if r["category"] != "all"), key=lambda r: r["ratio"])
     print(f"\nk=auto (replayed) {by_cat[0]['ratio']:.3f} of the best fixed setup overall; worst category {worst['category']} {worst['ratio']:.3f}")
+    if orders > 1:
+        low = {c: min(speedup(f"auto#{o}", group) / best(group)[1] for o in range(orders)) for c, group in cats.items()}
+        print(f"over {orders} orders (means above): worst order's ratio per category "
+              + ", ".join(f"{c} {v:.3f}" for c, v in low.items()))
+        for r in by_cat:
+            if r["category"] in low:
+                r["worst_order_ratio"] = low[r["category"]]
     Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=TARGET, draft=drafter, records=args.records,
-                                               tokens=args.tokens, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
+                                               tokens=args.tokens, orders=orders, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
                                                by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}), indent=1))
     print(f"written: {args.json}")
     return 0
