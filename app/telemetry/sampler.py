@@ -67,6 +67,7 @@ class TelemetrySampler:
         self._ring_lock = threading.Lock()  # guards _ring
         self._read_lock = threading.Lock()  # one reading at a time (psutil intervals, NVML handles)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and sample_soon(): the thread stops waiting for its next tick
         self._thread: threading.Thread | None = None
         self._callback_failed = False
         self._pids_failed = False
@@ -156,6 +157,12 @@ class TelemetrySampler:
         with self._ring_lock:
             self._ring.clear()
 
+    def sample_soon(self) -> None:
+        """Have the running thread take its next sample now instead of at its next tick; returns at once (the reading
+        happens on the sampling thread: a slow NVML or DCGM query never blocks the caller). A run calls it after
+        :meth:`clear`, so that even a run shorter than one period (0.5 s at 2 Hz) has a sample from its start."""
+        self._wake.set()
+
     def to_json(self) -> list[dict[str, Any]]:
         """The ring as JSON-ready dicts (NaN → ``None``), for saving with a run export."""
         return [s.to_json() for s in self.samples()]
@@ -166,6 +173,7 @@ class TelemetrySampler:
         if self.running:
             return
         self._stop.clear()
+        self._wake.clear()
         self._thread = threading.Thread(target=self._run, name="specdeck-telemetry", daemon=True)
         self._thread.start()
 
@@ -173,6 +181,7 @@ class TelemetrySampler:
         period = 1.0 / self.rate_hz
         next_t = time.monotonic()
         while not self._stop.is_set():
+            self._wake.clear()
             try:
                 self.sample_once()
             except Exception:  # pragma: no cover - sample_once guards its readers; keep the thread alive anyway
@@ -181,12 +190,13 @@ class TelemetrySampler:
             now = time.monotonic()
             if next_t < now:  # fell behind (slow query, busy machine): skip missed ticks rather than burst
                 next_t = now
-            if self._stop.wait(next_t - now):
-                break
+            if self._wake.wait(next_t - now):  # stop(), or sample_soon(): sample now, then keep the period from here
+                next_t = time.monotonic()
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop the background thread and wait for it (at most ``timeout_s`` seconds, usually one query)."""
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)

@@ -138,16 +138,19 @@ def start_sampler(on_sample, pids) -> tuple[object | None, str]:
 
 
 def prepare_sampler(sampler, target: str, setups) -> str:
-    """A run begins: clear the sampler and add the GPUs of a served lane (its manifest's DCGM exporter) to the GPU
-    plot. Returns a warning ("" when all went well); never raises."""
+    """A run begins: clear the sampler, have it sample now (a run shorter than its period still records the machine's
+    state), and add the GPUs of a served lane (its manifest's DCGM exporter) to the GPU plot. Returns a warning (""
+    when all went well); never raises."""
     sampler.clear()
+    warning = ""
     try:
         from app.engines.registry import gpu_metrics_sources
 
         sampler.set_remote_gpus(gpu_metrics_sources(target, setups))
     except Exception as e:  # never stops a run
-        return f"server GPU metrics unavailable: {e}"
-    return ""
+        warning = f"server GPU metrics unavailable: {e}"
+    sampler.sample_soon()
+    return warning
 
 
 class LoadMeter:

@@ -121,3 +121,25 @@ def test_context_manager_starts_and_closes() -> None:
     with TelemetrySampler(rate_hz=50, on_sample=lambda _: got.set(), nvml_module=nv) as s:
         assert got.wait(5.0)
     assert not s.running and nv.calls["nvmlShutdown"] == 1
+
+
+def test_sample_soon_takes_the_next_sample_at_once() -> None:
+    """A run clears the ring and asks for a sample now: at 0.05 Hz the next tick is 20 s away, yet a sample arrives at
+    once, on the sampling thread (the caller does not wait for it); the period then runs from that sample."""
+    s = TelemetrySampler(rate_hz=0.05, nvml_module=FakeNvml())
+    s.start()
+    try:
+        deadline = time.monotonic() + 15.0
+        while not s.samples() and time.monotonic() < deadline:  # the first sample, taken as the thread starts
+            time.sleep(0.01)
+        s.clear()
+        t0 = time.monotonic()
+        s.sample_soon()
+        while not s.samples() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = s.samples()
+        assert len(got) == 1 and got[0].t_mono >= t0
+        assert got[0].t_mono - t0 < 15.0  # not the 20 s tick
+    finally:
+        s.close()
+    assert not s.running
