@@ -175,6 +175,7 @@ def test_a_strict_server_that_serves_another_model(tmp_path):
         assert "set model = 'meta-llama/Llama-3.1-8B-Instruct'" in str(e.value)
     finally:
         srv.shutdown()
+        srv.server_close()  # shutdown() only stops serve_forever: the listening socket was left to the GC
 
 
 def test_a_server_that_dies_mid_stream(tmp_path):
