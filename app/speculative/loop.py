@@ -10,8 +10,8 @@ Timing (seconds, lane clock): each step's `t_draft_s`/`t_verify_s`/`t_wall_s` wr
 CUDA first). Step 0 (prompt forward, with the draft's own prefill) is reported as `prefill_s`; `t_draft_s`,
 `t_verify_s` and `draft_forwards` of LaneStats count the later steps only, so per-step costs and c are not
 skewed by prompt length. A draft that reads the prompt in a later step (k=auto's, in the first step it drafts:
-Proposal.read_s) has that reading counted in `prefill_s` as well, and kept out of the times the drafter learns from. `wall_s` is the whole generation, prefill included (Spec-Bench's convention);
-`ttft_s` is lane start → first token.
+Proposal.read_s) has that reading counted in `prefill_s` as well, and kept out of the times the drafter learns from.
+`wall_s` is the whole generation, prefill included (Spec-Bench's convention); `ttft_s` is lane start → first token.
 """
 
 from __future__ import annotations

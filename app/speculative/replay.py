@@ -12,11 +12,10 @@ its own prior, as a real lane has.
 
 The prompts are replayed in order in one "worker": what the policy learnt on one prompt carries to the next (the
 lane's `memory`), kept apart from this process's real lanes. Where the calibration has no record — a position after
-a fully kept proposal, where the target emitted its own token (3 % of the positions of the 24 Spec-Bench prompts'
-calibrations) — a fixed setup's priced step ends (app.core.tuning.replay_positions), and k=auto's draft proposes a
-token it is unsure of (LOST_Q) that the target rejects: the policy stops there, at the cost of that one draft. (The
-true token at confidence 0.9, as before, let k=auto draft through positions where every fixed setup stopped, and put
-it 0.7 % higher against the grid.)
+a fully kept proposal, where the target emitted its own token — a fixed setup's priced step ends
+(app.core.tuning.replay_positions), and k=auto's draft proposes a token it is unsure of (LOST_Q) that the target
+rejects: the policy stops there, at the cost of that one draft, so that no setup is priced drafting through a
+position the calibration never drafted (resources/bench/README.md, "k=auto and the order of the prompts").
 """
 
 from __future__ import annotations
