@@ -292,8 +292,7 @@ class DraftModelDrafter:
             t_read = time.perf_counter()
             self.state = self.engine.new_state()
             self._read_all_but_last(ids)  # as start() does for the other lanes (seen is empty: common is 0)
-            if hasattr(self.engine, "sync"):
-                self.engine.sync()
+            self.engine.sync()
             read_s = time.perf_counter() - t_read
             common = len(self.seen)
         if common < len(self.seen):

@@ -88,6 +88,9 @@ class _ReplayDraft:
     def new_state(self) -> _ReplayState:
         return _ReplayState(self.seq, self.prompt_len)
 
+    def sync(self) -> None:
+        """Nothing runs asynchronously here (engines: wait for the device)."""
+
 
 def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: CostProfile, draft: CostProfile | None,
                 verify: Sequence[float], counts: dict[str, tuple[int, int, int]] | None = None,

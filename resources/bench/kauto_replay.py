@@ -97,9 +97,8 @@ def main() -> int:
     ids: list[str] = []
     rng = random.Random(0)
     orders = max(1, args.orders)
-    items = [(d, pc) for d, doc in enumerate(docs) for pc in doc["records"]]  # every recorded prompt, with its calibration
     if args.order:  # one worker meets every calibration's prompts in this order
-        where = {pc.prompt_id: (d, pc) for d, pc in items}
+        where = {pc.prompt_id: (d, pc) for d, doc in enumerate(docs) for pc in doc["records"]}
         want = [p.id for p in load_jsonl(args.order)]
         if missing := [i for i in want if i not in where]:
             ap.error(f"--order names prompts no calibration recorded: {', '.join(missing)}")

@@ -240,6 +240,9 @@ class Scripted:
     """A draft engine whose every next token is 9 with probability 0.87 (the policy's input, not a model): new_state()
     gives a state with forward(ids, last_only) -> logits [1, 10] and crop(n)."""
 
+    def sync(self):
+        pass
+
     def new_state(self):
         import torch
 
