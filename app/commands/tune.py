@@ -32,7 +32,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
 #: the draft's chain calibration); ReDrafter heads trained for the target are measured in the confirmation run, not
@@ -450,12 +450,30 @@ def _measured(confirm: Phase | None) -> dict[str, dict]:
     if confirm is None or not confirm.results.completed():
         return {}
     from app.core.report import category_speedups
+    from app.core.stats import walls_by_prompt
 
     doc = confirm.results.report("", "")
     by = category_speedups(doc)
     return {s["setup"]: dict(speedup=s["speedup"], tokens_per_s=s["tokens_per_s"], alpha=s["acceptance_rate"], tau=s["mean_accepted_len"],
-                             identical_runs=s["identical_runs"], runs=s["runs"], by_category=by.get(s["setup"], {}))
+                             identical_runs=s["identical_runs"], runs=s["runs"], by_category=by.get(s["setup"], {}),
+                             walls=walls_by_prompt(doc, s["setup"]))
             for s in doc["summary"]}
+
+
+def tied_with_winner(measured: dict[str, dict], winner: str) -> dict[str, dict]:
+    """setup → its measured speedup over the winner's, paired prompt by prompt (app.core.stats.Interval.to_json), for
+    every confirmed setup whose interval contains 1: the confirmation's prompts do not tell it apart from the winner."""
+    from app.core.stats import ratio_interval
+
+    ref = (measured.get(winner) or {}).get("walls") or {}
+    out = {}
+    for s, m in measured.items():
+        if s in ("baseline", winner) or not m.get("walls"):
+            continue
+        iv = ratio_interval(ref, m["walls"])
+        if iv is not None and iv.contains(1.0):
+            out[s] = iv.to_json()
+    return out
 
 
 def measured_only_why(setup: str) -> str:
@@ -510,6 +528,11 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     if not scored and cands:
         scored = [(cands[0]["predicted_speedup"], cands[0]["setup"], "predicted")]
     winner = max(scored, default=None)
+    tied = tied_with_winner(confirmed, winner[1]) if winner and winner[2] == "measured" else {}
+    for c in [*cands, *extra]:
+        if (iv := tied.get(c["setup"])) is not None:
+            c["why"] += (f" — not told apart from the winner on these {iv['units']} prompts ({iv['value']:.2f}x its speedup, "
+                         f"{100 * iv['level']:.0f} % interval {iv['lo']:.2f}–{iv['hi']:.2f})")
     by_cat: dict[str, dict] = {}
     for cat, p in winners(ranked).items():
         m = confirmed.get(label(p.candidate.setup))
@@ -572,7 +595,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         "candidates": cands,
         "priced": len(cands),
         "other_measured": extra,
-        "winner": {"setup": winner[1], "speedup": winner[0], "by": winner[2]} if winner else None,
+        "winner": {"setup": winner[1], "speedup": winner[0], "by": winner[2], "tied": tied} if winner else None,
         "winners_by_category": by_cat,
         "break_even": be,
         "break_even_text": lines,
@@ -609,6 +632,19 @@ def partial_note(doc: dict) -> str:
     return f"* predicted on the {conf} prompts the confirmation measured (the ranking is on all {cal} calibrated)" if conf < cal else ""
 
 
+def headline(doc: dict) -> list[str]:
+    """The winner, and the confirmed setups its confirmation cannot tell apart from it (paired by prompt)."""
+    wn = doc.get("winner")
+    if not wn:
+        return ["no setup beat the baseline here"]
+    out = [f"fastest here: {wn['setup']} — {wn['speedup']:.2f}x the baseline ({wn['by']})"]
+    if wn.get("tied"):
+        iv0 = next(iter(wn["tied"].values()))
+        out.append(f"  as fast as far as its {iv0['units']} confirmed prompts tell (paired by prompt, {100 * iv0['level']:.0f} % interval of "
+                   "the ratio of speedups): " + ", ".join(f"{s} {iv['value']:.2f}x ({iv['lo']:.2f}–{iv['hi']:.2f})" for s, iv in wn["tied"].items()))
+    return out
+
+
 def render(doc: dict, top: int = 12) -> str:
     """The report as text: the ranked table (the confirmed setups and the best priced ones), winners, break-even."""
     lines = [f"Setup finder: {doc['target']} on {doc['machine']}",
@@ -635,8 +671,7 @@ def render(doc: dict, top: int = 12) -> str:
     if any(c["measured"] for c in shown) and partial_note(doc):
         lines.append(partial_note(doc))
     if doc["winner"]:
-        wn = doc["winner"]
-        lines += ["", f"fastest here: {wn['setup']} — {wn['speedup']:.2f}x the baseline ({wn['by']})"]
+        lines += ["", *headline(doc)]
     if doc["winners_by_category"]:
         lines.append("winner per category:")
         for cat, x in doc["winners_by_category"].items():

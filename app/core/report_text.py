@@ -101,13 +101,21 @@ def render_summary(doc: dict) -> str:
             ]
         )
     head = f"target {doc['target']} on {doc['device']} ({doc['dtype']}), {doc.get('prompts', '?')} prompt(s) x {doc.get('repeats', 1)} repeat(s), mode {doc.get('mode', '?')}"
-    table = format_table(
-        ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"],
-        rows,
-    )
+    headers = ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"]
+    intervals = doc.get("speedup_intervals") or {}
+    if intervals:  # app.core.stats: how far the speedup could move over other prompts of the same kind
+        level = next(iter(intervals.values()))["level"]
+        headers.insert(3, f"{100 * level:.0f}% interval")
+        for row, s in zip(rows, doc["summary"], strict=True):
+            iv = intervals.get(s["setup"])
+            row.insert(3, f"{iv['lo']:.2f}–{iv['hi']:.2f}" if iv else "–")
+    table = format_table(headers, rows)
     if doc.get("reference"):
         table += (f"\nidentical: against the baseline of the lane's own target; after |: against the reference lane {doc['reference']} "
                   "(= same tokens, @N first difference)")
+    if intervals:
+        table += (f"\ninterval: the speedup's {100 * level:.0f} % bootstrap interval over the prompts (each prompt's repeats together): "
+                  "how far it could move on other prompts like these")
     if stalled:
         table += "\n! a lane's clock includes a stall (the worker was stopped or starved): that speedup is not trustworthy"
     if any("streamed" in s.get("counts_sources", ()) for s in doc["summary"]):
@@ -116,11 +124,32 @@ def render_summary(doc: dict) -> str:
         for note in s.get("notes") or ():
             table += f"\nnote: {s['setup']}: {note}"
 
+    paired = render_against_fastest(doc) if intervals else ""
+    if paired:
+        table += "\n\n" + paired
     costs = render_profiles(doc.get("cost_profiles") or [])
     if costs:
         table += "\n\n" + costs
     by_cat = render_categories(doc)
     return head + "\n" + table + ("\n\nspeedup by category (Σ baseline wall / Σ setup wall)\n" + by_cat if by_cat else "")
+
+
+def render_against_fastest(doc: dict) -> str:
+    """Each setup against the report's fastest, prompt by prompt (app.core.stats.against_fastest): is it slower, or
+    do these prompts not tell them apart? One table per target with two setups or more to compare ("" if none)."""
+    from app.core.stats import against_fastest
+
+    parts = []
+    for fastest, rows in against_fastest(doc):
+        out = []
+        for r in rows:
+            iv = r["ratio"]
+            verdict = "not told apart" if iv["lo"] <= 1.0 <= iv["hi"] else "slower" if iv["hi"] < 1.0 else "faster"
+            out.append([r["setup"], f"{iv['value']:.3f}", f"{iv['lo']:.3f}–{iv['hi']:.3f}", f"{r['faster']}/{r['prompts']}", verdict])
+        level = rows[0]["ratio"]["level"]
+        parts.append(f"against the fastest, {fastest} (paired by prompt; ratio of speedups, < 1: slower)\n"
+                     + format_table(["setup", "ratio", f"{100 * level:.0f}% interval", "faster on", "verdict"], out))
+    return "\n\n".join(parts)
 
 
 def render_categories(doc: dict) -> str:

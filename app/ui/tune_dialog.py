@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.commands.tune import measured_only_why, partial_note, predicted_cell, verify_note
+from app.commands.tune import headline, measured_only_why, partial_note, predicted_cell, verify_note
 
 __all__ = ["TuneDialog", "winner_lanes", "command_line"]
 
@@ -232,7 +232,7 @@ class TuneDialog(QDialog):
             pass
         if doc is not None:
             self.show_report(doc)
-            self.status.setText(("Stopped: " if self.stopped else "") + self._headline(doc))
+            self.status.setText(("Stopped: " if self.stopped else "") + headline(doc)[0] + ".")
             self.progress.setValue(100)
         else:
             errors = [x for x in self.output if x.startswith("error")] or self.output[-3:]
@@ -248,13 +248,6 @@ class TuneDialog(QDialog):
         self.stop_btn.setEnabled(False)
 
     # --- the report ---------------------------------------------------------------------------------------------
-    @staticmethod
-    def _headline(doc: dict) -> str:
-        w = doc.get("winner")
-        if not w:
-            return "no setup beat the baseline here."
-        return f"fastest here: {w['setup']} — {w['speedup']:.2f}x the baseline ({w['by']})."
-
     def show_report(self, doc: dict) -> None:
         """Fill the table (confirmed setups and the best priced ones, ranked), the summary, and offer the lanes."""
         self.doc = doc
@@ -281,7 +274,7 @@ class TuneDialog(QDialog):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(r, col, item)
         self.table.resizeColumnsToContents()
-        lines = [self._headline(doc)]
+        lines = headline(doc)
         if partial and any(c.get("measured") and c.get("rank") for c in rows):
             lines.append(partial_note(doc))
         for cat, x in doc.get("winners_by_category", {}).items():

@@ -45,6 +45,9 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert [t for t in doc["not_tried"] if t.startswith("redrafter")] == [
         "redrafter:tiny-misfit did not run: ReDrafter head tiny-misfit does not fit tiny-target (hidden 32 vs 64, vocab 49152 vs 49152)"]
     assert "redrafter:tiny-head,beams=2,depth=2" in out and "ReDrafter head, measured only" in out
+    # each confirmed setup's walls per prompt; 3 prompts are too few to say which setups they cannot tell apart
+    assert all(set(c["measured"]["walls"]) == set(doc["prompts"]["confirmed"]) for c in measured)
+    assert doc["winner"]["tied"] == {} and "not told apart" not in out and "as fast as far as" not in out
     assert doc["winner"]["by"] == "measured" and doc["winner"]["speedup"] == max(
         [c["measured"]["speedup"] for c in measured] + [e["measured"]["speedup"] for e in doc["other_measured"]])
     assert set(doc["winners_by_category"]) == {"coding", "editing", "qa"}
@@ -165,3 +168,24 @@ def test_a_prediction_beside_a_measurement_is_on_the_same_prompts():
     assert predicted_cell(dict(predicted_speedup=float("nan"), measured=None), False) == "–"
     c.update(predicted_tokens_per_s=4.6, predicted_confirmed_tokens_per_s=5.2)
     assert predicted_cell(c, True, "tokens_per_s") == "5.2*" and predicted_cell(c, False, "tokens_per_s") == "4.6"
+
+
+def test_the_setups_a_confirmation_cannot_tell_from_the_winner():
+    """Paired by prompt: a setup slower on every confirmed prompt is not tied with the winner; one faster on some
+    prompts and slower on others is, and the headline names it with its interval; a setup measured on fewer than
+    MIN_UNITS prompts: no claim either way."""
+    from app.commands.tune import headline, tied_with_winner
+
+    walls = {"p1": 5.0, "p2": 10.0, "p3": 7.5, "p4": 6.0, "p5": 9.0, "p6": 4.5}
+    measured = {"baseline": dict(walls={k: 2 * v for k, v in walls.items()}),
+                "win": dict(walls=walls),
+                "slower": dict(walls={k: v * 1.05 for k, v in walls.items()}),
+                "mixed": dict(walls={"p1": 4.8, "p2": 10.4, "p3": 7.3, "p4": 6.2, "p5": 8.8, "p6": 4.7}),
+                "head": dict(walls={"p1": 5.5})}  # one prompt: no interval
+    tied = tied_with_winner(measured, "win")
+    assert set(tied) == {"mixed"} and tied["mixed"]["lo"] <= 1.0 <= tied["mixed"]["hi"] and tied["mixed"]["units"] == 6
+    lines = headline(dict(winner=dict(setup="win", speedup=2.0, by="measured", tied=tied)))
+    assert lines[0] == "fastest here: win — 2.00x the baseline (measured)"
+    assert "as fast as far as its 6 confirmed prompts tell" in lines[1] and "mixed" in lines[1]
+    assert headline(dict(winner=dict(setup="win", speedup=2.0, by="predicted", tied={}))) == ["fastest here: win — 2.00x the baseline (predicted)"]
+    assert headline(dict(winner=None)) == ["no setup beat the baseline here"]

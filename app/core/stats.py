@@ -1,0 +1,137 @@
+"""How sure a measured speedup is: bootstrap intervals over prompts.
+
+A run's speedup is a ratio of sums — Σ baseline wall / Σ setup wall over the prompts both ran — and it moves from
+prompt to prompt far more than from run to run: on Spec-Bench one answer of 48 tokens is 5–20 decode steps, so one
+step more or less is 5–20 % of that prompt's speedup. Which of two setups is faster over prompts like these is
+therefore a question of the prompts, and the interval here answers it: a percentile bootstrap
+(`scipy.stats.bootstrap`) that resamples prompts — the units — with each prompt's repeats summed into one pair, and
+recomputes the ratio of sums. Two setups compared on the same prompts are paired (each prompt's two walls are
+resampled together), so what they share (a prompt that is hard for both) cancels.
+
+The interval describes these prompts as a sample of their kind; it says nothing of a machine that was busier in one
+run than in another (the bench warns of that from the lanes' CPU wait). With fewer than MIN_UNITS prompts there is
+no interval (None): a bootstrap of a handful of prompts only reshuffles them (three prompts have ten distinct
+resamples) and gives an interval far narrower than the truth; with few more than that it is still somewhat narrow.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["Interval", "ratio_interval", "walls_by_prompt", "speedup_intervals", "against_fastest", "MIN_UNITS", "LEVEL", "RESAMPLES"]
+
+#: fewest prompts (units) an interval is given for
+MIN_UNITS = 6
+#: the intervals' confidence level
+LEVEL = 0.9
+#: bootstrap resamples (seeded: a report's intervals are the same every time it is rendered)
+RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A ratio of sums and its bootstrap interval over `units` prompts, at confidence `level`."""
+
+    value: float
+    lo: float
+    hi: float
+    units: int
+    level: float = LEVEL
+
+    def contains(self, x: float) -> bool:
+        return self.lo <= x <= self.hi
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "units": self.units, "level": self.level}
+
+
+def ratio_interval(num: Mapping[str, float], den: Mapping[str, float], level: float = LEVEL, resamples: int = RESAMPLES,
+                   seed: int = 0) -> Interval | None:
+    """Σ num / Σ den over the keys both have (prompt ids; each value a prompt's summed walls), with a percentile
+    bootstrap interval that resamples those keys, num and den together.
+
+    Speedup of a setup: num = the baseline's walls, den = the setup's. Setup A against setup B on the same prompts:
+    num = B's walls, den = A's (> 1: A is faster).
+
+    Returns:
+        None when fewer than MIN_UNITS keys have a positive value on both sides.
+    """
+    keys = [k for k in num if k in den and num[k] > 0 and den[k] > 0]
+    if len(keys) < MIN_UNITS:
+        return None
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    n = np.array([num[k] for k in keys], dtype=float)
+    d = np.array([den[k] for k in keys], dtype=float)
+    value = float(n.sum() / d.sum())
+    per = n / d
+    if np.allclose(per, per[0], rtol=1e-12, atol=0.0):  # every prompt the same ratio: nothing to resample
+        return Interval(value, value, value, len(keys), level)
+
+    def stat(a, b, axis=-1):
+        return a.sum(axis=axis) / b.sum(axis=axis)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's notes on few distinct resamples: the interval says as much
+        res = bootstrap((n, d), stat, paired=True, vectorized=True, confidence_level=level, n_resamples=resamples,
+                        method="percentile", rng=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return Interval(value, min(lo, value), max(hi, value), len(keys), level)
+
+
+def walls_by_prompt(doc: dict, setup: str, prompts: set[str] | None = None) -> dict[str, float]:
+    """A report's walls of one setup per prompt, repeats summed (only `prompts`, when given)."""
+    out: dict[str, float] = {}
+    for r in doc.get("runs", ()):
+        if r["setup"] == setup and (prompts is None or r["prompt_id"] in prompts):
+            out[r["prompt_id"]] = out.get(r["prompt_id"], 0.0) + float(r["wall_s"])
+    return out
+
+
+def speedup_intervals(doc: dict) -> dict[str, dict]:
+    """setup → its speedup's interval (Interval.to_json) over the report's prompts, against the baseline of its own
+    target; setups with fewer than MIN_UNITS prompts paired with that baseline are left out."""
+    from app.core.metrics import baseline_of, is_baseline
+
+    out: dict[str, dict] = {}
+    for s in doc.get("summary", ()):
+        name = s["setup"]
+        if is_baseline(name):
+            continue
+        iv = ratio_interval(walls_by_prompt(doc, baseline_of(name)), walls_by_prompt(doc, name))
+        if iv is not None:
+            out[name] = iv.to_json()
+    return out
+
+
+def against_fastest(doc: dict) -> list[tuple[str, list[dict]]]:
+    """Every setup of a report against the fastest on its target (the highest speedup of those with an interval),
+    paired prompt by prompt: per target with two such setups or more, (the fastest's name, one row per other setup —
+    `setup`, `ratio` (its speedup over the fastest's, < 1: slower; Interval.to_json), `faster` (prompts on which it
+    was faster), `prompts`). Where a ratio's interval contains 1, these prompts do not tell the two apart."""
+    from app.core.metrics import baseline_of
+
+    ivs = doc.get("speedup_intervals") or speedup_intervals(doc)
+    groups: dict[str, list[str]] = {}
+    for name in ivs:
+        groups.setdefault(baseline_of(name), []).append(name)
+    out = []
+    for names in groups.values():
+        fastest = max(names, key=lambda s: ivs[s]["value"])
+        ref = walls_by_prompt(doc, fastest)
+        rows = []
+        for name in names:
+            if name == fastest:
+                continue
+            mine = walls_by_prompt(doc, name)
+            iv = ratio_interval(ref, mine)
+            if iv is None:
+                continue
+            common = [p for p in mine if p in ref]
+            rows.append(dict(setup=name, ratio=iv.to_json(), faster=sum(1 for p in common if mine[p] < ref[p]), prompts=len(common)))
+        if rows:
+            out.append((fastest, rows))
+    return out
