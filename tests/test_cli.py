@@ -56,6 +56,7 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 12
     assert doc["categories"] == {"code-1": "coding", "edit-1": "editing", "qa-1": "qa"}
     assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours (int8 draft) and HF's reference lanes, greedy fp32
+    assert doc["speedup_intervals"] == {} and doc["against_fastest"] == [] and "interval" not in r.stdout  # 3 prompts: too few
     # the table lists the baseline first, then the setups as asked (not in the order interleaved lanes finished)
     assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3"]
     # --record: the same run as a run file (every lane's steps, timed, and the same report) that the window can show
@@ -68,6 +69,27 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     steps = [ev for _, ev in rec.events if isinstance(ev, StepEvent) and not ev.lane_id.startswith("warm")]
     assert len(done) == 12 and sum(len(s.emitted_ids) for s in steps) == sum(x["new_tokens"] for x in doc["runs"])
     assert [t for t, _ in rec.events] == sorted(t for t, _ in rec.events) and rec.duration_s >= rec.events[-1][0]
+
+
+def test_bench_says_how_sure_its_speedups_are(tiny_pair, tmp_path):
+    """Six prompts or more: each setup's speedup with its bootstrap interval over the prompts, and each setup against
+    the fastest, paired prompt by prompt, in the report and the table."""
+    t, _ = tiny_pair
+    out = tmp_path / "r.json"
+    prompts = [f"--prompt=Count to {n} and back." for n in range(3, 9)]
+    r = app("bench", "--target", str(t), "--setup", "ngram:n=2,k=4", "--setup", "ngram:n=3,k=2", *prompts, "--max-new-tokens", "8",
+            "--no-chat", "--warmup", "0", "--json", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    ivs = doc["speedup_intervals"]
+    assert set(ivs) == {"ngram:n=2,k=4", "ngram:n=3,k=2"}
+    for s in doc["summary"][1:]:
+        iv = ivs[s["setup"]]
+        assert iv["units"] == 6 and iv["level"] == 0.9 and iv["lo"] <= iv["value"] <= iv["hi"] and iv["value"] == pytest.approx(s["speedup"])
+    (group,) = doc["against_fastest"]
+    (row,) = group["rows"]
+    assert group["fastest"] == max(ivs, key=lambda x: ivs[x]["value"]) and row["setup"] != group["fastest"] and row["prompts"] == 6
+    assert "90% interval" in r.stdout and f"against the fastest, {group['fastest']}" in r.stdout
 
 
 @pytest.mark.parametrize(

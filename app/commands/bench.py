@@ -14,11 +14,11 @@ import tempfile
 import time
 from typing import Any
 
+from app.commands.intervals import against_fastest, speedup_intervals
 from app.commands.worker_run import Stuck, WorkerRun
 from app.core.errors import SetupError, WorkerDiedError
 from app.core.report import check_writable, write_json
 from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
-from app.core.stats import speedup_intervals
 
 __all__ = ["add_parser", "run", "plan_of", "prompts_of", "error_lines"]
 
@@ -206,6 +206,7 @@ def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
             return rc
     doc = results.report(b.device, b.dtype, extra)
     doc["speedup_intervals"] = speedup_intervals(doc)  # here, not in the window's reports: scipy takes a second to import
+    doc["against_fastest"] = against_fastest(doc)
     if args.record and b.recorder is not None:
         rc = _save_record(b, doc, args.record, stopped=bool(failure)) or rc
     if args.json == "-":

@@ -9,7 +9,9 @@
    with the target's cost profile — per prompt, per category and overall — and each draft model's `k=auto` by
    replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
-   drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows).
+   drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows),
+   with what is measured but not priced: ReDrafter heads (kind `redrafter`), and a dynamic token tree where the best
+   static tree priced close to the best setup (:func:`dynamic_tree_for`).
 
 Output: a ranked table — predicted and measured tokens/s and speedup, α, τ, one sentence on why each wins or
 loses — the winner per category, the break-even line (what α a drafter of a given cost needs to beat the baseline
@@ -32,7 +34,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "dynamic_tree_for", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
 #: the draft's chain calibration); ReDrafter heads trained for the target are measured in the confirmation run, not
@@ -41,6 +43,11 @@ KINDS = ("draft", "ngram", "tree", "redrafter")
 PRICED_KINDS = ("draft", "ngram", "tree")
 #: the most ReDrafter heads measured in a confirmation (those with the best held-out acceptance)
 MAX_HEADS = 2
+#: a dynamic token tree (EAGLE-2 style; its branches depend on draft confidences a chain calibration never sees) is
+#: measured in the confirmation when the best static tree priced at least this share of the best priced setup
+DYNAMIC_TREE_WITHIN = 0.9
+#: the dynamic tree measured (app.speculative.tree_drafter's defaults)
+DYNAMIC_TREE = "nodes=16,depth=6,branch=4"
 #: share of the budget the calibration may take (the rest confirms)
 CALIBRATION_SHARE = 0.5
 #: a drafter whose best priced setup is below DROP_BELOW of another's after DROP_AFTER prompts is calibrated no more
@@ -212,6 +219,9 @@ class Finder:
             raise SetupError("nothing to price: ReDrafter heads are measured beside the priced setups, not alone",
                              fix="--kinds draft,ngram,tree,redrafter")
         self.heads, self.head_notes = heads_for(self.target, self.kinds)
+        # why no dynamic tree was measured (dynamic_tree_for, when the confirmation is chosen), and the setups measured only
+        self.dynamic_note = "dynamic trees (tree: without a shape): not measured (no confirmation run)"
+        self.measured_only: list[str] = list(self.heads)
         self.sampling = Sampling(args.temperature, 1.0, 0, args.seed, args.max_new_tokens).validated()
         self.chat = not args.no_chat
         self.w = WorkerRun(quiet)
@@ -432,7 +442,10 @@ class Finder:
         models = [p.candidate.drafter for p in ranked if p.candidate.kind == "draft"] + [d for d, m in self.drafters if m]
         if models:
             chosen.append(auto_setup(models[0]))
-        return list(dict.fromkeys(chosen))[:8] + self.heads  # ReDrafter heads: measured, not priced
+        if "tree" in self.kinds:  # a dynamic tree, measured where static trees price close to the best
+            tree, self.dynamic_note = dynamic_tree_for(ranked)
+            self.measured_only = [*self.heads, *([tree] if tree else [])]
+        return list(dict.fromkeys(chosen))[:8] + self.measured_only  # ReDrafter heads, a dynamic tree: measured, not priced
 
     def run_confirm(self, setups: list[str]) -> None:
         from app.worker.plan import RunResults
@@ -445,12 +458,29 @@ class Finder:
 
 
 # --- the report --------------------------------------------------------------------------------------------
+def dynamic_tree_for(ranked: list) -> tuple[str | None, str]:
+    """With static trees priced (kind `tree`): the dynamic tree the confirmation measures, on the drafter of the best
+    static tree, where that tree priced within DYNAMIC_TREE_WITHIN of the best setup — else None — and one line saying
+    what was done (for `not_tried` when nothing was measured)."""
+    trees = [p for p in ranked if p.candidate.shape]
+    if not trees:
+        return None, "dynamic trees (tree: without a shape): not measured, no static tree was priced to judge them by"
+    best_tree, best = trees[0], ranked[0].speedup()
+    share = best_tree.speedup() / best if best > 0 else 0.0
+    if share < DYNAMIC_TREE_WITHIN:
+        return None, (f"dynamic trees (tree: without a shape): not measured, the best static tree priced at {share:.2f} of the best "
+                      f"setup here (measured when ≥ {DYNAMIC_TREE_WITHIN}; a dynamic tree's branches depend on draft confidences "
+                      "a chain calibration never sees, so it is not priced)")
+    engine, _, rest = best_tree.candidate.drafter.removeprefix("draft:").partition(",")
+    return f"tree:{engine},{DYNAMIC_TREE}" + (f",{rest}" if rest else ""), ""
+
+
 def _measured(confirm: Phase | None) -> dict[str, dict]:
     """setup → measured speedup, tokens/s, α, τ overall and speedup by category (the bench report's figures)."""
     if confirm is None or not confirm.results.completed():
         return {}
+    from app.commands.intervals import walls_by_prompt
     from app.core.report import category_speedups
-    from app.core.stats import walls_by_prompt
 
     doc = confirm.results.report("", "")
     by = category_speedups(doc)
@@ -461,9 +491,9 @@ def _measured(confirm: Phase | None) -> dict[str, dict]:
 
 
 def tied_with_winner(measured: dict[str, dict], winner: str) -> dict[str, dict]:
-    """setup → its measured speedup over the winner's, paired prompt by prompt (app.core.stats.Interval.to_json), for
+    """setup → its measured speedup over the winner's, paired prompt by prompt (app.commands.intervals.Interval.to_json), for
     every confirmed setup whose interval contains 1: the confirmation's prompts do not tell it apart from the winner."""
-    from app.core.stats import ratio_interval
+    from app.commands.intervals import ratio_interval
 
     ref = (measured.get(winner) or {}).get("walls") or {}
     out = {}
@@ -480,6 +510,9 @@ def measured_only_why(setup: str) -> str:
     """The `why` of a setup the confirmation measured but the finder did not price."""
     if setup.startswith("redrafter:"):
         return "ReDrafter head, measured only: its beams follow the target's hidden states, which the calibration does not record"
+    if setup.startswith("tree:") and "shape=" not in setup:
+        return ("dynamic tree, measured only: its branches follow the draft's confidences in tokens off the target's path, which "
+                "a chain calibration does not record (measured because the best static tree priced close to the best setup)")
     return "measured only (not priced)"
 
 
@@ -563,14 +596,16 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     cal, conf = f.calibration, f.confirm
     not_tried = list(f.head_notes)
     if conf is not None:  # a head that could not run (trained on other weights, a broken file): why, from its lane
-        for h in f.heads:
+        for h in f.measured_only:
             if label(h) not in confirmed:
                 why_not = next((e.message.splitlines()[0] for k, e in conf.results.errors.items()
                                 if k is not None and (i := conf.plan.setup_index(k)) is not None and conf.plan.setups[i] == h), "no result")
                 not_tried.append(f"{h} did not run: {why_not}")
     if "tree" in f.kinds:
-        not_tried.append(f"dynamic trees (tree: without a shape: the draft's choices depend on branches a chain calibration "
-                         f"never sees) and static trees wider than {ALTS} at a level: try them by hand")
+        if f.dynamic_note:
+            not_tried.append(f.dynamic_note)
+        not_tried.append(f"static trees wider than {ALTS} at a level (the calibration records the draft's {ALTS} best tokens): "
+                         "try them by hand")
     not_tried += list(cal.dropped.values()) if cal is not None else []
     if cal is not None and len(cal.prompts_done) < len(f.prompts):
         not_tried.append(f"{len(f.prompts) - len(cal.prompts_done)} of {len(f.prompts)} prompts not calibrated (time budget)")

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 
 from app.core.metrics import cpu_wait_share
 
-__all__ = ["format_table", "render_summary", "render_categories", "render_profiles", "stall_warnings", "cpu_wait_warnings", "CPU_WAIT_WARN",
+__all__ = ["format_table", "render_summary", "render_categories", "render_profiles", "stall_warnings", "cpu_wait_warnings", "CPU_WAIT_WARN", "CPU_WAIT_WARN_LANE",
            "PROFILE_COLUMNS"]
 
 #: a setup whose lanes waited for a CPU this share of their time (the worker's threads' run-queue delay) is flagged
 CPU_WAIT_WARN = 0.05
+#: one lane's wait for a CPU over its wall above which the bench names it (quiet 2-core runs: up to 9 %; a test run beside: 19–29 %)
+CPU_WAIT_WARN_LANE = 0.12
 
 
 def _fmt(x, spec: str = ".2f", none: str = "–") -> str:
@@ -48,7 +50,9 @@ def stall_warnings(runs) -> list[str]:
 
 def cpu_wait_warnings(runs) -> list[str]:
     """One line per setup whose lanes waited for a CPU for CPU_WAIT_WARN of their time or more (LaneStats.cpu_wait_s:
-    other processes took the worker's cores, so its tokens/s reads low)."""
+    other processes took the worker's cores, so its tokens/s reads low); else, one naming the setup's lanes that
+    waited CPU_WAIT_WARN_LANE of their own time or more — a few busy seconds are diluted in a setup's total, and skew
+    the prompts they fell on."""
     by: dict[str, list] = {}
     for r in runs:
         by.setdefault(r.setup, []).append(r)
@@ -58,6 +62,12 @@ def cpu_wait_warnings(runs) -> list[str]:
         if share is not None and share >= CPU_WAIT_WARN:
             out.append(f"{setup}: the worker's threads waited for a CPU {100 * share:.0f}% of its lanes' time (other processes "
                        "had the cores), so its tokens/s may read up to that much low: rerun on a quiet machine")
+            continue
+        bad = [r for r in rs if r.cpu_wait_s is not None and r.wall_s > 0 and r.cpu_wait_s / r.wall_s >= CPU_WAIT_WARN_LANE]
+        if bad:
+            where = ", ".join(f"{r.prompt_id}{f' (repeat {r.repeat})' if r.repeat else ''} {100 * r.cpu_wait_s / r.wall_s:.0f}%" for r in bad)
+            out.append(f"{setup}: on {where} of the lane's time the worker's threads waited for a CPU (other processes had the "
+                       "cores), so those prompts' speedups read low: rerun them on a quiet machine")
     return out
 
 
@@ -103,7 +113,7 @@ def render_summary(doc: dict) -> str:
     head = f"target {doc['target']} on {doc['device']} ({doc['dtype']}), {doc.get('prompts', '?')} prompt(s) x {doc.get('repeats', 1)} repeat(s), mode {doc.get('mode', '?')}"
     headers = ["setup", "tok/s", "speedup", "theory", "α", "τ", "k", "c", "TTFT s", "identical", "time % prefill/draft/verify/other"]
     intervals = doc.get("speedup_intervals") or {}
-    if intervals:  # app.core.stats: how far the speedup could move over other prompts of the same kind
+    if intervals:  # the bench command's (app.commands.intervals): how far the speedup could move over other prompts of the same kind
         level = next(iter(intervals.values()))["level"]
         headers.insert(3, f"{100 * level:.0f}% interval")
         for row, s in zip(rows, doc["summary"], strict=True):
@@ -124,7 +134,7 @@ def render_summary(doc: dict) -> str:
         for note in s.get("notes") or ():
             table += f"\nnote: {s['setup']}: {note}"
 
-    paired = render_against_fastest(doc) if intervals else ""
+    paired = render_against_fastest(doc)
     if paired:
         table += "\n\n" + paired
     costs = render_profiles(doc.get("cost_profiles") or [])
@@ -135,19 +145,18 @@ def render_summary(doc: dict) -> str:
 
 
 def render_against_fastest(doc: dict) -> str:
-    """Each setup against the report's fastest, prompt by prompt (app.core.stats.against_fastest): is it slower, or
-    do these prompts not tell them apart? One table per target with two setups or more to compare ("" if none)."""
-    from app.core.stats import against_fastest
-
+    """Each setup against the report's fastest, prompt by prompt (`against_fastest`, which the bench command adds:
+    app.commands.intervals): is it slower, or do these prompts not tell them apart? One table per target with two
+    setups or more to compare ("" if none)."""
     parts = []
-    for fastest, rows in against_fastest(doc):
+    for group in doc.get("against_fastest") or ():
         out = []
-        for r in rows:
+        for r in group["rows"]:
             iv = r["ratio"]
             verdict = "not told apart" if iv["lo"] <= 1.0 <= iv["hi"] else "slower" if iv["hi"] < 1.0 else "faster"
             out.append([r["setup"], f"{iv['value']:.3f}", f"{iv['lo']:.3f}–{iv['hi']:.3f}", f"{r['faster']}/{r['prompts']}", verdict])
-        level = rows[0]["ratio"]["level"]
-        parts.append(f"against the fastest, {fastest} (paired by prompt; ratio of speedups, < 1: slower)\n"
+        level = group["rows"][0]["ratio"]["level"]
+        parts.append(f"against the fastest, {group['fastest']} (paired by prompt; ratio of speedups, < 1: slower)\n"
                      + format_table(["setup", "ratio", f"{100 * level:.0f}% interval", "faster on", "verdict"], out))
     return "\n\n".join(parts)
 

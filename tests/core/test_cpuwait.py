@@ -123,6 +123,11 @@ def test_bench_warns_of_setups_whose_lanes_waited_for_a_cpu():
     busy = [replace(_stats(2.0, 0.3), setup="ngram")]
     said = cpu_wait_warnings(quiet + busy)
     assert len(said) == 1 and said[0].startswith("ngram: the worker's threads waited for a CPU 15% of its lanes' time")
+    # one lane of many that waited: diluted in the setup's share (2 %), named on its own
+    many = [replace(_stats(5.0, 0.05), prompt_id=f"p{i}") for i in range(20)] + [replace(_stats(7.9, 2.16), prompt_id="sum-1")]
+    said = cpu_wait_warnings(many)
+    assert len(said) == 1 and said[0].startswith("baseline: on sum-1 27% of the lane's time the worker's threads waited for a CPU")
+    assert cpu_wait_warnings(many[:20]) == []  # quiet lanes: nothing to say
 
 
 @linux

@@ -1,4 +1,5 @@
-"""How sure a measured speedup is: bootstrap intervals over prompts.
+"""How sure a measured speedup is: bootstrap intervals over prompts (the bench and tune commands' reports; the window's
+reports carry none — scipy takes a second to import).
 
 A run's speedup is a ratio of sums — Σ baseline wall / Σ setup wall over the prompts both ran — and it moves from
 prompt to prompt far more than from run to run: on Spec-Bench one answer of 48 tokens is 5–20 decode steps, so one
@@ -107,11 +108,11 @@ def speedup_intervals(doc: dict) -> dict[str, dict]:
     return out
 
 
-def against_fastest(doc: dict) -> list[tuple[str, list[dict]]]:
+def against_fastest(doc: dict) -> list[dict]:
     """Every setup of a report against the fastest on its target (the highest speedup of those with an interval),
-    paired prompt by prompt: per target with two such setups or more, (the fastest's name, one row per other setup —
-    `setup`, `ratio` (its speedup over the fastest's, < 1: slower; Interval.to_json), `faster` (prompts on which it
-    was faster), `prompts`). Where a ratio's interval contains 1, these prompts do not tell the two apart."""
+    paired prompt by prompt: per target with two such setups or more, {"fastest": its name, "rows": one per other
+    setup — `setup`, `ratio` (its speedup over the fastest's, < 1: slower; Interval.to_json), `faster` (prompts on
+    which it was faster), `prompts`}. Where a ratio's interval contains 1, these prompts do not tell the two apart."""
     from app.core.metrics import baseline_of
 
     ivs = doc.get("speedup_intervals") or speedup_intervals(doc)
@@ -133,5 +134,5 @@ def against_fastest(doc: dict) -> list[tuple[str, list[dict]]]:
             common = [p for p in mine if p in ref]
             rows.append(dict(setup=name, ratio=iv.to_json(), faster=sum(1 for p in common if mine[p] < ref[p]), prompts=len(common)))
         if rows:
-            out.append((fastest, rows))
+            out.append(dict(fastest=fastest, rows=rows))
     return out

@@ -1,10 +1,10 @@
-"""Bootstrap intervals of speedups over prompts (app.core.stats), on literal walls."""
+"""Bootstrap intervals of speedups over prompts (app.commands.intervals), on literal walls."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.core.stats import MIN_UNITS, against_fastest, ratio_interval, speedup_intervals
+from app.commands.intervals import MIN_UNITS, against_fastest, ratio_interval, speedup_intervals
 
 BASE = {"p1": 10.0, "p2": 20.0, "p3": 15.0, "p4": 12.0, "p5": 18.0, "p6": 9.0}
 #: a lane faster than `fast` (BASE / 2) on three prompts and slower on three
@@ -68,9 +68,9 @@ def test_speedup_intervals_and_the_setups_against_the_fastest():
     assert ivs["fast"]["value"] == pytest.approx(2.0) and ivs["other-lane@other"]["value"] == pytest.approx(3.0)
     assert ivs["fast"]["units"] == 6  # repeats of a prompt are one unit
     # per target: its lanes against its own fastest (the other target has one lane: nothing to compare)
-    ((fastest, rows),) = against_fastest(doc)
-    by = {r["setup"]: r for r in rows}
-    assert fastest == "fast" and set(by) == {"slower", "mixed"}
+    (group,) = against_fastest(doc)
+    by = {r["setup"]: r for r in group["rows"]}
+    assert group["fastest"] == "fast" and set(by) == {"slower", "mixed"}
     assert by["slower"]["ratio"]["hi"] < 1.0 and by["slower"]["faster"] == 0 and by["slower"]["prompts"] == 6
     assert by["mixed"]["ratio"]["lo"] <= 1.0 <= by["mixed"]["ratio"]["hi"] and by["mixed"]["faster"] == 3
 
@@ -88,6 +88,7 @@ def test_the_bench_table_shows_the_intervals_and_the_paired_verdicts():
     plain = render_summary(doc)
     assert "interval" not in plain and "against the fastest" not in plain  # a report without intervals (the window's)
     doc["speedup_intervals"] = speedup_intervals(doc)
+    doc["against_fastest"] = against_fastest(doc)  # as the bench command adds them
     text = render_summary(doc)
     assert "90% interval" in text and f"{doc['speedup_intervals']['fast']['lo']:.2f}–" in text
     lines = text.splitlines()

@@ -1,0 +1,168 @@
+"""k=auto against the best fixed setup, per category, over one or more bench runs of the same prompts — with how sure.
+
+Reads `bench --json` reports whose lanes include a draft model's `k=auto`, fixed setups of the same draft
+(`draft:…,k=N[,cstop=…]`) and optionally transformers' assisted generation (`hf-assisted:…`). Several reports (the
+same prompts in other orders, or the same run repeated) are pooled: each setup's walls are summed per prompt over
+the runs. A run's prompt where any lane waited for a CPU `--max-wait` of its wall or more (another process had the
+cores) is left out, every lane of it, and named.
+
+Per category and overall it prints:
+
+* k=auto ÷ the best fixed setup there — the best chosen on the pooled walls, so the ratio is min_f Σ wall_f ÷ Σ
+  wall_auto (the baseline cancels) — with its 90 % percentile bootstrap interval over the category's prompts
+  (scipy.stats.bootstrap, paired: a resample draws whole prompts, every setup's wall of that prompt together, and
+  picks the best fixed setup again; none below MIN_UNITS prompts, as with the 3 a category of `specbench`), and the
+  same ratio in each run alone — with few prompts, how far the runs differ is the measure of how sure;
+* then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline, pooled.
+
+    python resources/bench/kauto_verdict.py resources/bench/qwen-kauto-specbench24-read-accounting.json \\
+        resources/bench/qwen-kauto-specbench24-round-robin-2.json --json /tmp/kauto-verdict.json
+
+The figures of a run live in resources/bench/README.md with the command and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+LEVEL = 0.9
+MIN_UNITS = 6  # as app.commands.intervals: fewer prompts than this get no interval
+MAX_WAIT = 0.12  # as app.core.report_text.CPU_WAIT_WARN_LANE: a lane that waited this much for a CPU was not alone
+
+
+def _kind(setup: str) -> str | None:
+    if setup == "baseline":
+        return "baseline"
+    if setup.startswith("hf-assisted:"):
+        return "hf"
+    if setup.startswith("draft:"):
+        return "auto" if ",k=auto" in setup else "fixed"
+    return None
+
+
+def best_fixed_interval(fixed: np.ndarray, auto: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
+    """min_f Σ fixed[f] / Σ auto over prompts, and its bootstrap interval (prompts resampled with every setup's wall).
+
+    Args:
+        fixed: [setups, prompts] pooled walls; auto: [prompts].
+    """
+    from scipy.stats import bootstrap
+
+    value = float(fixed.sum(axis=1).min() / auto.sum())
+    if auto.size < MIN_UNITS:  # too few prompts for a bootstrap to mean anything: the runs' own ratios say more
+        return value, float("nan"), float("nan")
+
+    def stat(idx, axis=-1):
+        i = idx.astype(int)  # [..., prompts] resampled prompt indices
+        return fixed[:, i].sum(axis=-1).min(axis=0) / auto[i].sum(axis=-1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bootstrap((np.arange(auto.size, dtype=float),), stat, vectorized=True, confidence_level=LEVEL, n_resamples=4000,
+                        method="percentile", rng=np.random.default_rng(seed))
+    return value, min(value, float(res.confidence_interval.low)), max(value, float(res.confidence_interval.high))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("reports", nargs="+", help="bench --json reports of the same prompts")
+    ap.add_argument("--max-wait", type=float, default=MAX_WAIT,
+                    help="leave out a run's prompt (every lane of it) where a lane waited for a CPU this share of its wall or more "
+                         "(another process took the cores; default %(default)s)")
+    ap.add_argument("--json", help="write the verdict here")
+    args = ap.parse_args()
+
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.reports]
+    n_runs = len(docs)
+    walls: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)  # setup → (run, prompt) → wall
+    waited: dict[tuple[int, str], float] = defaultdict(float)  # (run, prompt) → its lanes' highest wait share
+    cats: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    for i, doc in enumerate(docs):
+        cats.update(doc.get("categories") or {})
+        for r in doc["runs"]:
+            k = _kind(r["setup"])
+            if k is not None:
+                kinds[r["setup"]] = k
+                walls[r["setup"]][(i, r["prompt_id"])] = walls[r["setup"]].get((i, r["prompt_id"]), 0.0) + float(r["wall_s"])
+                if r.get("cpu_wait_s") is not None and r["wall_s"] > 0:
+                    waited[(i, r["prompt_id"])] = max(waited[(i, r["prompt_id"])], r["cpu_wait_s"] / r["wall_s"])
+    autos = [s for s, k in kinds.items() if k == "auto"]
+    fixed = [s for s, k in kinds.items() if k == "fixed"]
+    hf = next((s for s, k in kinds.items() if k == "hf"), None)
+    if len(autos) != 1 or not fixed or "baseline" not in walls:
+        print(f"need one draft k=auto lane, fixed draft lanes and the baseline in the reports (found k=auto: {autos}, fixed: {fixed})",
+              file=sys.stderr)
+        return 2
+    auto = autos[0]
+    needed = ["baseline", auto, *fixed]
+    cells = [c for c in walls["baseline"] if all(c in walls[s] for s in needed)]
+    left_out = [c for c in cells if waited[c] >= args.max_wait]
+    cells = [c for c in cells if waited[c] < args.max_wait]
+    for i, doc in enumerate(docs):
+        cpu = next((c.get("machine_text") for c in doc.get("cost_profiles") or [] if c.get("machine_text")), None)
+        out = [f"{p} ({100 * waited[(j, p)]:.0f}%)" for j, p in left_out if j == i]
+        print(f"run {i + 1}: {args.reports[i]}, {doc.get('created', '?')} on {cpu or doc.get('machine', {}).get('platform') or '?'}; "
+              f"{sum(1 for j, _ in cells if j == i)} prompts" + (f"; left out, a lane waited for a CPU: {', '.join(out)}" if out else ""))
+    prompts = list(dict.fromkeys(p for _, p in cells))
+    runs_of = {p: [j for j, q in cells if q == p] for p in prompts}
+    print(f"{n_runs} run(s), {len(prompts)} prompts; k=auto: {auto}; fixed: {', '.join(s.split(',', 1)[1] for s in fixed)}\n")
+
+    def pooled(s: str, ps: list[str], run: int | None = None) -> np.ndarray:
+        """Per prompt, the setup's walls summed over the runs kept (one run: that run's prompts only)."""
+        return np.array([sum(walls[s][(j, p)] for j in runs_of[p] if run is None or j == run) for p in ps
+                         if run is None or run in runs_of[p]])
+
+    groups = [("all", prompts), *((c, [p for p in prompts if cats.get(p) == c]) for c in dict.fromkeys(cats[p] for p in prompts))]
+    out_cats = []
+    print(f"{'category':<14} {'n':>2}  {'k=auto ÷ best fixed':>19}  {int(LEVEL * 100)}% interval   best fixed (pooled)      per run")
+    for name, ps in groups:
+        f = np.stack([pooled(s, ps) for s in fixed])
+        value, lo, hi = best_fixed_interval(f, pooled(auto, ps))
+        best = fixed[int(f.sum(axis=1).argmin())]
+        per_run = []
+        for i in range(n_runs):
+            a = pooled(auto, ps, i)
+            per_run.append(float(np.stack([pooled(s, ps, i) for s in fixed]).sum(axis=1).min() / a.sum()) if a.size else None)
+        out_cats.append(dict(category=name, prompts=len(ps), ratio=value, lo=lo if np.isfinite(lo) else None,
+                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run))
+        span = f"{lo:>5.3f}–{hi:<5.3f}" if np.isfinite(lo) else f"{'–':^11}"
+        print(f"{name:<14} {len(ps):>2}  {value:>19.3f}  {span}   {best.split(',', 1)[1]:<24} "
+              + " ".join("  –  " if x is None else f"{x:.3f}" for x in per_run))
+
+    print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8} {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf")
+    out_prompts = []
+    for p in prompts:
+        js = runs_of[p]
+        b = sum(walls["baseline"][(j, p)] for j in js)
+        a = sum(walls[auto][(j, p)] for j in js)
+        best_f = min(sum(walls[s][(j, p)] for j in js) for s in fixed)
+        row = dict(prompt=p, category=cats.get(p), runs=len(js), speedup=b / a, vs_best_fixed=best_f / a)
+        below = ""
+        if hf is not None and all((j, p) in walls[hf] for j in js):
+            row["vs_hf"] = sum(walls[hf][(j, p)] for j in js) / a
+            row["runs_below_hf"] = sum(1 for j in js if walls[auto][(j, p)] > walls[hf][(j, p)])
+            below = f"{row['runs_below_hf']}/{len(js)}"
+        out_prompts.append(row)
+        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {row.get('vs_hf', float('nan')):>6.3f}   {below}")
+    if hf is not None:
+        n_below = sum(1 for r in out_prompts if r.get("vs_hf", 2.0) < 1.0)
+        print(f"\nk=auto below hf-assisted on {n_below} of {len(out_prompts)} prompts (pooled walls); "
+              f"lowest speedup over the baseline {min(r['speedup'] for r in out_prompts):.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(reports=args.reports, auto=auto, fixed=fixed, hf=hf, level=LEVEL, max_wait=args.max_wait,
+                                                   left_out=[dict(run=j + 1, prompt=p, wait_share=waited[(j, p)]) for j, p in left_out],
+                                                   categories=out_cats, prompts=out_prompts), indent=1), encoding="utf-8")
+        print(f"written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
