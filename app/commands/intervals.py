@@ -1,18 +1,16 @@
 """How sure a measured speedup is: bootstrap intervals over prompts (the bench and tune commands' reports; the window's
 reports carry none — scipy takes a second to import).
 
-A run's speedup is a ratio of sums — Σ baseline wall / Σ setup wall over the prompts both ran — and it moves from
-prompt to prompt far more than from run to run: on Spec-Bench one answer of 48 tokens is 5–20 decode steps, so one
-step more or less is 5–20 % of that prompt's speedup. Which of two setups is faster over prompts like these is
-therefore a question of the prompts, and the interval here answers it: a percentile bootstrap
-(`scipy.stats.bootstrap`) that resamples prompts — the units — with each prompt's repeats summed into one pair, and
-recomputes the ratio of sums. Two setups compared on the same prompts are paired (each prompt's two walls are
-resampled together), so what they share (a prompt that is hard for both) cancels.
+A run's speedup is a ratio of sums — Σ baseline wall / Σ setup wall over the prompts both ran. Its interval is a
+percentile bootstrap (`scipy.stats.bootstrap`) that resamples prompts — the units, each prompt's repeats summed into
+one pair — and recomputes the ratio of sums: how far the speedup could move over other prompts like these. Two
+setups compared on the same prompts are paired (each prompt's two walls are resampled together), so what they share
+(a prompt that is hard for both) cancels; where the paired interval holds 1, these prompts cannot tell them apart.
 
-The interval describes these prompts as a sample of their kind; it says nothing of a machine that was busier in one
-run than in another (the bench warns of that from the lanes' CPU wait). With fewer than MIN_UNITS prompts there is
-no interval (None): a bootstrap of a handful of prompts only reshuffles them (three prompts have ten distinct
-resamples) and gives an interval far narrower than the truth; with few more than that it is still somewhat narrow.
+The interval describes these prompts as a sample of their kind, not a machine that was busier in one run than in
+another (the bench warns of that from the lanes' CPU wait). Below MIN_UNITS prompts there is none (None): a bootstrap
+of a handful of prompts only reshuffles them and reads far narrower than the truth (resources/bench/README.md,
+"How sure").
 """
 
 from __future__ import annotations

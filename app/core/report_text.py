@@ -14,7 +14,7 @@ __all__ = ["format_table", "render_summary", "render_categories", "render_profil
 
 #: a setup whose lanes waited for a CPU this share of their time (the worker's threads' run-queue delay) is flagged
 CPU_WAIT_WARN = 0.05
-#: one lane's wait for a CPU over its wall above which the bench names it (quiet 2-core runs: up to 9 %; a test run beside: 19–29 %)
+#: one lane's wait for a CPU over its wall above which the bench names it (above what quiet runs show: resources/bench/README.md, "How sure")
 CPU_WAIT_WARN_LANE = 0.12
 
 

@@ -1,0 +1,43 @@
+"""resources/bench/kauto_verdict.py on literal bench reports: pooling runs, leaving out lanes that waited for a CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "kauto_verdict.py"
+AUTO, K8, K16, HF = ("draft:d,k=auto,dtype=int8", "draft:d,k=8,cstop=0.5,dtype=int8", "draft:d,k=16,cstop=0.5,dtype=int8",
+                     "hf-assisted:d,dtype=int8")
+
+
+def _report(path: Path, walls: dict[str, dict[str, float]], waited: dict[tuple[str, str], float] | None = None) -> str:
+    runs = [dict(setup=s, prompt_id=p, repeat=0, wall_s=w, cpu_wait_s=(waited or {}).get((s, p), 0.0)) for s, by in walls.items()
+            for p, w in by.items()]
+    path.write_text(json.dumps(dict(runs=runs, categories={"c1": "coding", "c2": "coding", "m1": "math"}, created="t")))
+    return str(path)
+
+
+def test_the_verdict_pools_runs_and_leaves_out_what_waited(tmp_path):
+    base = {"c1": 10.0, "c2": 10.0, "m1": 10.0}
+    one = {"baseline": base, K8: {"c1": 5.0, "c2": 5.0, "m1": 4.0}, K16: {"c1": 4.0, "c2": 5.0, "m1": 5.0},
+           AUTO: {"c1": 5.0, "c2": 5.0, "m1": 4.0}, HF: {"c1": 6.0, "c2": 4.0, "m1": 6.0}}
+    a = _report(tmp_path / "a.json", one)
+    # the second run: k=auto far slower on m1, but one of m1's lanes waited 30 % of its wall: left out
+    b = _report(tmp_path / "b.json", {**one, AUTO: {"c1": 5.0, "c2": 5.0, "m1": 40.0}}, waited={(K8, "m1"): 1.2})
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), a, b, "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    v = json.loads(out.read_text())
+    assert v["left_out"] == [dict(run=2, prompt="m1", wait_share=pytest.approx(0.3))]
+    cats = {c["category"]: c for c in v["categories"]}
+    # coding: the best fixed on the pooled walls is k=16 (18 s against k=8's 20 s); k=auto 20 s: 0.9
+    assert cats["coding"]["ratio"] == pytest.approx(0.9) and cats["coding"]["best"] == K16 and cats["coding"]["per_run"] == [0.9, 0.9]
+    assert cats["math"]["ratio"] == pytest.approx(1.0) and cats["math"]["per_run"] == [1.0, None]  # run 2's m1 left out
+    assert cats["all"]["lo"] is None  # 3 prompts: no bootstrap interval
+    by = {p["prompt"]: p for p in v["prompts"]}
+    assert by["c2"]["vs_hf"] == pytest.approx(0.8) and by["c2"]["runs_below_hf"] == 2 and by["m1"]["runs"] == 1
+    assert "k=auto below hf-assisted on 1 of 3 prompts" in r.stdout and "left out, a lane waited for a CPU: m1 (30%)" in r.stdout
