@@ -564,8 +564,8 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     tied = tied_with_winner(confirmed, winner[1]) if winner and winner[2] == "measured" else {}
     for c in [*cands, *extra]:
         if (iv := tied.get(c["setup"])) is not None:
-            c["why"] += (f" — not told apart from the winner on these {iv['units']} prompts ({iv['value']:.2f}x its speedup, "
-                         f"{100 * iv['level']:.0f} % interval {iv['lo']:.2f}–{iv['hi']:.2f})")
+            c["why"] = (f"not told apart from the winner on these {iv['units']} prompts ({iv['value']:.2f}x its speedup, "
+                        f"{100 * iv['level']:.0f} % interval {iv['lo']:.2f}–{iv['hi']:.2f}) — {c['why']}")
     by_cat: dict[str, dict] = {}
     for cat, p in winners(ranked).items():
         m = confirmed.get(label(p.candidate.setup))
