@@ -81,11 +81,11 @@ def ratio_interval(num: Mapping[str, float], den: Mapping[str, float], level: fl
     return Interval(value, min(lo, value), max(hi, value), len(keys), level)
 
 
-def walls_by_prompt(doc: dict, setup: str, prompts: set[str] | None = None) -> dict[str, float]:
-    """A report's walls of one setup per prompt, repeats summed (only `prompts`, when given)."""
+def walls_by_prompt(doc: dict, setup: str) -> dict[str, float]:
+    """A report's walls of one setup per prompt, repeats summed."""
     out: dict[str, float] = {}
     for r in doc.get("runs", ()):
-        if r["setup"] == setup and (prompts is None or r["prompt_id"] in prompts):
+        if r["setup"] == setup:
             out[r["prompt_id"]] = out.get(r["prompt_id"], 0.0) + float(r["wall_s"])
     return out
 
