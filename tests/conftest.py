@@ -19,6 +19,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _throwaway_profiles() -> None:
+    """Cost profiles measured by tests go to a folder removed when the session ends, never into the user's cache: a
+    tiny random model's profile is keyed by its weights' hash, so each session's would stay behind as an orphan.
+    Worker processes inherit the variable. SPECDECK_PROFILES set by the caller is kept."""
+    if os.environ.get("SPECDECK_PROFILES"):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="specdeck-test-profiles-")
+    os.environ["SPECDECK_PROFILES"] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+_throwaway_profiles()
+
 SMOL = "smollm2-135m-instruct"
 
 

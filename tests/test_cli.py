@@ -201,7 +201,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path):
     from app.core.costs import CostProfile
 
     t, d = (str(p) for p in tiny_pair)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**os.environ, "SPECDECK_PROFILES": str(tmp_path / "profiles")}
 
     def run(*args):
         return subprocess.run([*PY, *args], capture_output=True, text=True, timeout=600, env=env)
@@ -213,7 +213,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path):
     for p in first:
         assert p["ns"][0] == 1 and p["ns"][-1] == 33 and p["times_s"] == sorted(p["times_s"]) and p["times_s"][0] > 0
     quiet = [p for p in first if not CostProfile.from_json(p).contended]
-    assert len(list((tmp_path / "cache" / "specdeck" / "profiles").glob("*.json"))) == len(quiet)  # what was quiet is cached
+    assert len(list((tmp_path / "profiles").glob("*.json"))) == len(quiet)  # what was quiet is cached
     out = tmp_path / "again.json"
     r = run("profile", t, "--draft", f"{d}:int8", "--json", str(out))
     assert r.returncode == 0 and "V(33)" in r.stdout and "tiny-target (hf float32)" in r.stdout, r.stderr

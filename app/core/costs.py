@@ -6,7 +6,7 @@ and that differs by engine and machine by an order of magnitude (fp32 PyTorch wi
 forward over n tokens (n on a grid, after a fixed context) for one engine at one precision on one device and
 machine; V(n) = T(n) / T(1) is its **verify-cost curve** and T(1) is also that engine's cost per token when it
 drafts. Profiles are measured in the worker (app.speculative.costs), cached as JSON under
-``$XDG_CACHE_HOME/specdeck/profiles`` and carried in reports.
+``$SPECDECK_PROFILES`` (default ``$XDG_CACHE_HOME/specdeck/profiles``) and carried in reports.
 
 :func:`predicted_wall_s` is the theory every table shows: expected tokens per step from the lane's measured
 per-step record (how many steps verified how many drafts: not an i.i.d. α, not a constant k) and time per step
@@ -206,6 +206,9 @@ def verify_at(vs: Sequence[float], n: int) -> float:
 
 
 def profiles_dir() -> Path:
+    """Where cost profiles live: $SPECDECK_PROFILES, else $XDG_CACHE_HOME/specdeck/profiles."""
+    if os.environ.get("SPECDECK_PROFILES"):
+        return Path(os.environ["SPECDECK_PROFILES"])
     return cache_root() / "profiles"
 
 

@@ -31,6 +31,7 @@ def test_profile_rejects_malformed_measurements(ns, times):
 
 
 def test_profiles_round_trip_through_the_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECDECK_PROFILES", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     p = profile([0.01, 0.012, 0.02], ns=(1, 2, 4), machine=machine_key())
     assert load_profile(p.key) is None
@@ -43,6 +44,7 @@ def test_profiles_round_trip_through_the_cache(tmp_path, monkeypatch):
 
 def test_profile_cache_that_cannot_be_written_is_not_an_error(tmp_path, monkeypatch):
     (tmp_path / "specdeck").write_text("a file where the cache folder should be")
+    monkeypatch.delenv("SPECDECK_PROFILES", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert save_profile(profile([0.1, 0.2])) is None
 
