@@ -36,6 +36,9 @@ def _throwaway_profiles() -> None:
 
 
 _throwaway_profiles()
+# what k=auto learnt is not carried between tests' runs (a session's tiny pair would start each test from the last
+# one's); the tests of that memory set their own folder
+os.environ["SPECDECK_KAUTO_MEMORY"] = "off"
 
 SMOL = "smollm2-135m-instruct"
 

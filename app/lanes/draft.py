@@ -50,11 +50,12 @@ def build(setup: DraftModel, env):
     if setup.k == "auto":
         tp, dp = env.profile(target), env.profile(draft)
         auto = AutoK(tp, draft=dp)
-        # what k=auto learns of this pair carries over to its next lane (the next prompt) in this worker
+        # what k=auto learns of this pair carries over to its next lane (the next prompt) in this worker, and to the
+        # next run's (saved on disk: app.speculative.policy.save_learnt)
         memory = (tp.key, dp.key if dp is not None else draft.name)
     k = setup.k if isinstance(setup.k, int) else 4
     return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto, memory=memory,
-                                                learn=getattr(env, "learn", True)),
+                                                learn=getattr(env, "learn", True), saved=True),
                       costs=env.lane_costs(target))
 
 

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import torch
 
-from app.speculative.policy import AutoK, Calibration, StepTiming, recall, remember
+from app.speculative.policy import AutoK, Calibration, StepTiming, load_learnt, recall, remember, save_learnt
 from app.speculative.verifier import sample, warp
 
 __all__ = ["ALTS", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
@@ -70,6 +70,9 @@ class Drafter(Protocol):
         k: the most tokens it drafts a step.
         wants_hidden: it needs the target's hidden state at the last accepted position (`DraftContext.hidden`):
             the loop then asks the target for it (ReDrafter heads); False for every other drafter.
+
+    Optional: `notes` (lines the loop adds to the lane's notes when the lane starts) and `finish()` (called once when
+    the lane ends, however it ended: k=auto keeps what the lane taught it).
     """
 
     k: int
@@ -205,7 +208,7 @@ class DraftModelDrafter:
     wants_hidden = False
 
     def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0,
-                 auto: AutoK | None = None, memory: tuple | None = None, learn: bool = True) -> None:
+                 auto: AutoK | None = None, memory: tuple | None = None, learn: bool = True, saved: bool = False) -> None:
         self.engine = engine
         self.k = k
         self.schedule = schedule
@@ -216,10 +219,15 @@ class DraftModelDrafter:
         # k=auto: start from what the last lane of this (target, draft) pair learnt in this process (policy.recall)
         # (learn=False: a warm-up lane starts from it too, but leaves it as it was — it rehearses the prompt a measured
         # lane then runs, whose first verdicts would otherwise count twice)
+        # (saved=True: a real lane's pair also starts from, and saves to, what earlier runs learnt: policy.load_learnt)
         self.memory = memory if auto is not None else None
         self.learn = learn
+        self.saved = saved and self.memory is not None
+        self.notes: list[str] = []  # lines for the lane's notes (the loop adds them when the lane starts)
         if self.memory is not None and (got := recall(self.memory)) is not None:
             self.auto, self.calibration = got
+        elif self.saved and self.auto is not None and (note := load_learnt(self.memory, self.auto, self.calibration)):
+            self.notes.append(note)
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
         self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified
         self._opening = False  # auto: the step being verified is step 0 (its first draft: the answer's first token)
@@ -358,3 +366,13 @@ class DraftModelDrafter:
                 remember(self.memory, self.auto, self.calibration)
         if self.schedule == "heuristic" and drafted:
             self.k = self.k + 2 if accepted == drafted else max(1, self.k - 1)
+
+    def finish(self) -> None:
+        """The lane ended (the loop calls this once, also when it was stopped): k=auto counts the answer and, for a
+        real lane (`saved`), writes what the pair has learnt for the next run (policy.save_learnt)."""
+        if self.auto is None or self.memory is None or not self.learn:
+            return
+        self.auto.answers += 1
+        remember(self.memory, self.auto, self.calibration)
+        if self.saved:
+            save_learnt(self.memory, self.auto, self.calibration)

@@ -70,16 +70,25 @@ class LoopRunner:
         rec.costs = self.costs
         sampling = sampling.validated()
         gen = make_generator(sampling.seed)
-        seq = list(prompt_ids)
         tstate: Any = target.new_state()  # hf states also hold `hidden` (capture_hidden)
-        pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
-        last: StepTiming | None = None  # the previous decode step's times (cost-aware drafters)
-        hidden = None  # the target's hidden state that produced the last token (drafters that want it)
         if drafter.wants_hidden:
             if not target.supports_hidden:
                 raise SetupError(f"{target.name} ({target.backend}) does not expose its hidden states, which this drafter needs",
                                  fix="run ReDrafter lanes on an hf (PyTorch) target")
             tstate.capture_hidden = True
+        try:
+            yield from self._steps(rec, prompt_ids, sampling, cancelled, tstate, gen)
+        finally:  # a drafter that learns keeps what this lane taught it, however the lane ended
+            finish = getattr(drafter, "finish", None)
+            if finish is not None:
+                finish()
+
+    def _steps(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool], tstate, gen) -> Iterator[StepEvent]:
+        target, drafter = self.engine, self.drafter
+        seq = list(prompt_ids)
+        pending = list(prompt_ids)  # fed to the target before the drafts: the prompt, then the last token
+        last: StepTiming | None = None  # the previous decode step's times (cost-aware drafters)
+        hidden = None  # the target's hidden state that produced the last token (drafters that want it)
         while not rec.done:
             if rec.steps > 0 and cancelled():
                 rec.stop("cancelled")
@@ -87,6 +96,8 @@ class LoopRunner:
             t0 = rec.begin_step()
             if rec.steps == 0:
                 drafter.start(list(prompt_ids))
+                for note in getattr(drafter, "notes", ()):
+                    rec.note(note)
             ctx = DraftContext(seq, rec.remaining - 1, sampling.temperature, sampling.top_k, sampling.top_p, gen, target.eos_ids, last, hidden)
             prop = drafter.propose(ctx)
             if prop.parents is not None and prop.ids and prop.parents != chain_parents(len(prop.ids)):

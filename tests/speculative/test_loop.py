@@ -414,3 +414,44 @@ def test_k_auto_sampling_keeps_proposal_and_distributions_aligned(tiny):
         kept_fewer |= prop.forwards > len(prop.ids)
         d.feedback(len(prop.ids), 0)
     assert kept_fewer
+
+
+def test_a_k_auto_lane_saves_what_it_learnt_and_the_next_run_starts_from_it(tiny, tmp_path, monkeypatch):
+    """A real k=auto lane (saved=True) writes its pair's state when the loop ends it; a lane in a new process (here:
+    the in-process memory forgotten) starts from that state — its lane notes say so — and emits the baseline's tokens
+    all the same. Stopped after its first step, a lane still saves."""
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.policy import AutoK
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    target, draft = tiny
+    ids = target.encode_prompt(PROMPTS[0], chat=False)
+    s = Sampling(max_new_tokens=24)
+    key = ("tiny-target", "tiny-draft", uuid.uuid4().hex)
+
+    def lane():
+        return DraftModelDrafter(draft, auto=AutoK(_curve(lambda n: 1.0 + 0.01 * n), draft=_curve(lambda n: 0.1 + 0.01 * n, t1=0.001)),
+                                 memory=key, saved=True)
+
+    _, base = run(target, None, ids, s)
+    first = lane()
+    _, st1 = run(target, first, ids, s)
+    assert not any("k=auto started from" in n for n in st1.notes)
+    assert len(list((tmp_path / "kauto").glob("*.json"))) == 1 and first.auto.answers == 1
+    policy.forget(key)
+    second = lane()
+    assert second.calibration.n == pytest.approx(first.calibration.n) and second.auto.answers == 1
+    steps, st2 = run(target, second, ids, s)
+    assert any("k=auto started from" in n and "1 earlier answer" in n for n in st2.notes)
+    assert st2.output_ids == base.output_ids
+    policy.forget(key)
+    third = lane()
+    assert third.auto.answers == 2  # the second lane saved too
+    evs = run_lane(target, third, ids, s)
+    next(e for e in evs if isinstance(e, StepEvent))
+    evs.close()  # the consumer stops after one step
+    policy.forget(key)
+    assert lane().auto.answers == 3
+    policy.forget(key)

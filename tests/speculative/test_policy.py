@@ -284,3 +284,78 @@ def test_the_answers_opening_teaches_nothing_about_later_tokens():
     d.feedback(len(p.ids), 0)
     assert d.calibration(0.87) < cal0 and auto.acceptance.p_first("skip") < first0 and auto.start == "miss"
     assert sum(auto.acceptance.first_q) == pytest.approx(sum(seen0) + 1)
+
+
+def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
+    """A real lane (saved=True) writes what its pair learnt when it ends (DraftModelDrafter.finish); a drafter of the
+    same pair in a new process — no in-process memory — starts from it, each estimate worth at most SAVED_CAP verdicts
+    with its mean kept, and says so in its notes. Another pair, a damaged file, or SPECDECK_KAUTO_MEMORY=off start
+    from the priors; a replay's drafter (saved=False) neither reads nor writes."""
+    import json
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.drafters import DraftModelDrafter
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    key = ("target-profile", "draft-profile", uuid.uuid4().hex)
+
+    def auto():
+        return AutoK(curve(lambda n: 1.0 + 0.02 * (n - 1)), draft_s=0.01)
+
+    first = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
+    fresh = first.calibration(0.95)
+    assert first.notes == []
+    for _ in range(300):  # the target rejects the draft's confident tokens: 300 verdicts, more than SAVED_CAP
+        first._scores = [0.95, 0.95]
+        first.feedback(2, 0)
+    first.finish()
+    learnt = first.calibration(0.95)
+    assert learnt < 0.1 < fresh
+    files = list((tmp_path / "kauto").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["answers"] == 1
+
+    policy.forget(key)  # a new process: nothing learnt in memory
+    second = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
+    b = Calibration.bin(0.95)
+    assert second.calibration(0.95) == pytest.approx(learnt) and second.calibration.n[b] == pytest.approx(policy.SAVED_CAP)
+    assert second.auto.acceptance.p_first("miss") == pytest.approx(first.auto.acceptance.p_first("miss"))
+    assert second.auto.answers == 1 and second.auto.start == "skip"
+    assert len(second.notes) == 1 and "1 earlier answer" in second.notes[0] and "SPECDECK_KAUTO_MEMORY=off" in second.notes[0]
+    for _ in range(100):  # capped, the saved state still moves with what this run sees
+        second._scores = [0.95]
+        second.feedback(1, 1)
+    assert second.calibration(0.95) > 0.45
+
+    assert DraftModelDrafter(None, auto=auto(), memory=(*key, "other"), saved=True).calibration(0.95) == pytest.approx(fresh)
+    policy.forget(key)
+    assert DraftModelDrafter(None, auto=auto(), memory=key).calibration(0.95) == pytest.approx(fresh)  # not a real lane
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", "off")
+    off = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
+    assert off.calibration(0.95) == pytest.approx(fresh) and off.notes == []
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    files[0].write_text(files[0].read_text()[:-20])  # cut short
+    damaged = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
+    assert damaged.calibration(0.95) == pytest.approx(fresh) and damaged.notes == []
+    policy.forget(key)
+
+
+def test_k_auto_memory_is_never_an_error_where_it_cannot_be_written(tmp_path, monkeypatch):
+    """A folder that cannot be made (a file in its place) leaves the lane as it was: nothing saved, no error."""
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.drafters import DraftModelDrafter
+
+    (tmp_path / "taken").write_text("a file where the folder should be")
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "taken" / "kauto"))
+    key = ("t", "d", uuid.uuid4().hex)
+    d = DraftModelDrafter(None, auto=AutoK(FLAT, draft_s=0.01), memory=key, saved=True)
+    d._scores = [0.9]
+    d.feedback(1, 1)
+    d.finish()
+    assert policy.save_learnt(key, d.auto, d.calibration) is None
+    policy.forget(key)
+    monkeypatch.delenv("SPECDECK_KAUTO_MEMORY")
+    monkeypatch.setenv("SPECDECK_PROFILES", str(tmp_path / "profiles"))
+    assert policy.saved_dir() == tmp_path / "profiles" / "kauto"
