@@ -401,7 +401,9 @@ class Finder:
             if model and "draft" in self.kinds and target is not None:  # k=auto: the policy replayed on the records
                 from app.speculative.replay import replay_auto
 
-                p = replay_auto(records, d, auto_setup(d), target, self.draft_profile(d), verify)
+                dp = self.draft_profile(d)
+                # from what earlier runs saved of the pair, as the confirmation's k=auto lane starts (app.lanes.draft)
+                p = replay_auto(records, d, auto_setup(d), target, dp, verify, saved=(target.key, dp.key) if dp is not None else None)
                 if p is not None:
                     priced.append(p)
         return rank(priced)

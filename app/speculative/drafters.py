@@ -226,7 +226,7 @@ class DraftModelDrafter:
         self.notes: list[str] = []  # lines for the lane's notes (the loop adds them when the lane starts)
         if self.memory is not None and (got := recall(self.memory)) is not None:
             self.auto, self.calibration = got
-        elif self.saved and self.auto is not None and (note := load_learnt(self.memory, self.auto, self.calibration)):
+        elif self.saved and self.memory is not None and self.auto is not None and (note := load_learnt(self.memory, self.auto, self.calibration)):
             self.notes.append(note)
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
         self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified

@@ -28,8 +28,8 @@ it; and a draft lane starts from what the previous lane of the same (target, dra
 In step 0 drafts ride on the prompt's forward: each costs the verify curve's last slope, not a decode step's V(n).
 What a pair learnt is also saved on disk when a lane ends (:func:`save_learnt`, per target and draft profile key:
 the same weights, precision and machine) and a new worker's first lane starts from it (:func:`load_learnt`): the
-first answer of a run, or a run of one prompt, no longer starts from the priors — on the Qwen pair the first prompt
-of a worker ran at about 0.91 of the best fixed setting across nine runs, the later ones at about 0.98.
+first answer of a run, or a run of one prompt, no longer starts from the priors, which over-draft until a few answers
+have taught the calibration (resources/bench/README.md, "k=auto's first answer").
 
 For n-gram lookup acceptance is estimated per match length and position, also from what was emitted after tokens it
 did not propose (free evidence).

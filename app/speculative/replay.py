@@ -11,7 +11,8 @@ T(1) the baseline's — so the policy learns costs as it would in a lane (StepTi
 its own prior, as a real lane has.
 
 The prompts are replayed in order in one "worker": what the policy learnt on one prompt carries to the next (the
-lane's `memory`), kept apart from this process's real lanes. Where the calibration has no record — a position after
+lane's `memory`), kept apart from this process's real lanes; the first starts, as a real lane does, from what earlier
+runs saved of the pair (`saved`). Where the calibration has no record — a position after
 a fully kept proposal, where the target emitted its own token — a fixed setup's priced step ends
 (app.core.tuning.replay_positions), and k=auto's draft proposes a token it is unsure of (LOST_Q) that the target
 rejects: the policy stops there, at the cost of that one draft, so that no setup is priced drafting through a
@@ -94,7 +95,7 @@ class _ReplayDraft:
 
 def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: CostProfile, draft: CostProfile | None,
                 verify: Sequence[float], counts: dict[str, tuple[int, int, int]] | None = None,
-                memory: tuple | None = None) -> Priced | None:
+                memory: tuple | None = None, saved: tuple | None = None) -> Priced | None:
     """Price `setup` (the drafter's k=auto) by replaying the policy over each prompt's calibration lane of `drafter`.
 
     Args:
@@ -108,6 +109,8 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
         memory: the key under which what the policy learns carries from prompt to prompt; given, it also carries to
             the next call with the same key (the caller ends it with policy.forget), so prompts of several
             calibrations can be replayed in one order; None: this call's own, forgotten at its end.
+        saved: the real pair's key (target and draft profile keys): the first replayed prompt starts, as the pair's
+            next real lane will, from what earlier runs saved of it (policy.load_learnt; read only, never written).
 
     Returns:
         A Priced candidate (k = AUTO_K_MAX, its predicted wall per prompt, α, τ, mean drafts and units per decode
@@ -133,7 +136,11 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             read_s = max(0.0, lane.prefill_s - pc.base_prefill_s - (lane.step0.offered if lane.step0 else 0) * per_draft)
             seq = positions(lane)
             n_prompt = PROMPT_LEN
-            d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=AutoK(target, draft=draft), memory=key)
+            fresh = policy.recall(key) is None
+            auto = AutoK(target, draft=draft)
+            d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=auto, memory=key)
+            if saved is not None and fresh:  # the first prompt, as a real lane's first
+                policy.load_learnt(saved, auto, d.calibration)
             prompt = [_PROMPT] * n_prompt
             d.start(prompt)
             ids, n_gen, last, wall, read = list(prompt), 0, None, 0.0, False

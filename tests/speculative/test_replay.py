@@ -114,3 +114,30 @@ def test_a_position_the_calibration_did_not_draft_ends_the_step_as_it_does_for_a
     assert steps >= 5 and kept <= 42 and steps + kept == 48
     k24 = price_candidate(Candidate(D, "draft:d,k=24,dtype=int8", 24), [tens], CURVE)
     assert auto.speedup() <= k24.speedup()
+
+
+def test_the_replay_starts_where_the_pairs_next_real_lane_will(tmp_path, monkeypatch):
+    """With the real pair's key (`saved`), the first replayed prompt starts from what earlier runs saved of the pair
+    (policy.load_learnt), as that pair's next real lane does: a saved state that learnt confident drafts are rejected
+    drafts less on the same records than the priors; nothing is written."""
+    import uuid
+
+    from app.speculative.drafters import DraftModelDrafter
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    pair = ("t-key", "d-key", uuid.uuid4().hex)
+    taught = DraftModelDrafter(None, auto=policy.AutoK(TARGET, draft=DRAFT), memory=pair, saved=True)
+    for _ in range(60):
+        taught._scores = [0.99, 0.99]
+        taught.feedback(2, 0)
+    taught.finish()
+    policy.forget(pair)
+    saved = list((tmp_path / "kauto").glob("*.json"))
+    assert len(saved) == 1
+    stamp = saved[0].stat().st_mtime_ns
+    cold, warm = {}, {}
+    a = replay_auto([easy()], D, AUTO, TARGET, DRAFT, CURVE, counts=cold)
+    b = replay_auto([easy()], D, AUTO, TARGET, DRAFT, CURVE, counts=warm, saved=pair)
+    assert warm["easy"][1] < cold["easy"][1] and b.speedup() < a.speedup()  # fewer drafts, slower, from its memory
+    assert replay_auto([easy()], D, AUTO, TARGET, DRAFT, CURVE, saved=(*pair, "other")).speedup() == pytest.approx(a.speedup())
+    assert saved[0].stat().st_mtime_ns == stamp and len(list((tmp_path / "kauto").glob("*.json"))) == 1
