@@ -19,7 +19,7 @@ def test_a_profile_measured_beside_busy_processes_is_flagged_and_not_cached(tiny
     from app.engines.registry import resolve
     from app.speculative.costs import cached_or_measure, profile_key
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("SPECDECK_PROFILES", str(tmp_path / "profiles"))  # its own cache: a quiet profile from another test would answer
     engine = HFEngine(resolve(str(tiny_pair[0])))
     cpus = sorted(os.sched_getaffinity(0))
     # two busy processes on each core this process may use: its threads wait for a CPU most of the time
