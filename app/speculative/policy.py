@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import time
 from contextlib import contextmanager
@@ -487,7 +488,7 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
 def _capped(c: list[float], cap: float) -> list[float]:
     """A Beta count [hits, n] worth at most `cap` verdicts, its mean kept."""
     hits, n = float(c[0]), float(c[1])
-    if not (n > 0 and 0 <= hits <= n):
+    if not (math.isfinite(n) and n > 0 and 0 <= hits <= n):
         raise ValueError(f"bad count {c!r}")
     return [hits * cap / n, cap] if n > cap else [hits, n]
 
@@ -517,7 +518,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
         c, o, o_base = (float(costs[x]) for x in ("c", "o", "o_base"))
         tok, units = float(rate["tokens"]), float(rate["units"])
         answers, saved = int(d.get("answers", 0)), str(d.get("saved", "?"))
-        if min(c, o, o_base, tok, units) < 0:
+        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, *first_q)):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

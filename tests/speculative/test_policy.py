@@ -334,9 +334,13 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     off = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
     assert off.calibration(0.95) == pytest.approx(fresh) and off.notes == []
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
-    files[0].write_text(files[0].read_text()[:-20])  # cut short
-    damaged = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
-    assert damaged.calibration(0.95) == pytest.approx(fresh) and damaged.notes == []
+    good = files[0].read_text()
+    doc = json.loads(good)
+    doc["costs"]["c"] = float("nan")
+    for text in (good[:-20], json.dumps(doc)):  # cut short; a cost that is not a number
+        files[0].write_text(text)
+        damaged = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
+        assert damaged.calibration(0.95) == pytest.approx(fresh) and damaged.notes == []
     policy.forget(key)
 
 
