@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.core.paths import cache_root
+from app.core.paths import cache_root, write_json_atomically
 
 __all__ = [
     "PROFILE_VERSION",
@@ -229,19 +229,7 @@ def load_profile(key: str) -> CostProfile | None:
 def save_profile(p: CostProfile) -> Path | None:
     """Write the profile atomically; returns the path, or None when the cache cannot be written (not an error:
     the profile is then measured again next time)."""
-    path = profile_path(p.key)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(p.to_json(), indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return None
-    return path
+    return write_json_atomically(profile_path(p.key), p.to_json(), indent=1)
 
 
 def predicted_wall_s(

@@ -4,13 +4,14 @@ that needs it starts."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 
 from app.core.errors import SpecDeckError
 
-__all__ = ["cache_root", "writable_dir", "CACHE_FIX"]
+__all__ = ["cache_root", "writable_dir", "write_json_atomically", "CACHE_FIX"]
 
 CACHE_FIX = "set XDG_CACHE_HOME to a folder you can write to (SpecDeck keeps converted weights, cost profiles and heads in its specdeck/ folder)"
 
@@ -33,4 +34,21 @@ def writable_dir(path: Path, what: str, fix: str = CACHE_FIX) -> Path:
             pass
     except OSError as e:
         raise SpecDeckError(f"cannot write {what} in {path}: {e.strerror or e}", fix=fix) from None
+    return path
+
+
+def write_json_atomically(path: Path, doc, indent: int | None = None) -> Path | None:
+    """Write `doc` as JSON to `path` through a temporary file renamed over it (its folder made); returns the path, or
+    None when it cannot be written — for caches, where that is never an error (what was not kept is made again)."""
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(doc, indent=indent), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return None
     return path

@@ -372,7 +372,6 @@ class DraftModelDrafter:
         real lane (`saved`), writes what the pair has learnt for the next run (policy.save_learnt)."""
         if self.auto is None or self.memory is None or not self.learn:
             return
-        self.auto.answers += 1
-        remember(self.memory, self.auto, self.calibration)
+        self.auto.answers += 1  # the state feedback() remembered is this one
         if self.saved:
             save_learnt(self.memory, self.auto, self.calibration)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.core.costs import CostProfile, profiles_dir
+from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
 __all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
@@ -471,18 +472,7 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
                calibration=dict(acc=cal.acc, n=cal.n),
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base), rate=dict(tokens=auto._tok, units=auto._units))
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(doc), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return None
-    return path
+    return write_json_atomically(path, doc)
 
 
 def _capped(c: list[float], cap: float) -> list[float]:

@@ -136,10 +136,9 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             read_s = max(0.0, lane.prefill_s - pc.base_prefill_s - (lane.step0.offered if lane.step0 else 0) * per_draft)
             seq = positions(lane)
             n_prompt = PROMPT_LEN
-            fresh = policy.recall(key) is None
             auto = AutoK(target, draft=draft)
             d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=auto, memory=key)
-            if saved is not None and fresh:  # the first prompt, as a real lane's first
+            if saved is not None and d.auto is auto:  # nothing recalled: the first prompt, as a real lane's first
                 policy.load_learnt(saved, auto, d.calibration)
             prompt = [_PROMPT] * n_prompt
             d.start(prompt)
