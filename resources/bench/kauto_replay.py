@@ -9,7 +9,11 @@
    in the order the finder met them), and each fixed setup of the grid k ∈ {2, 4, 8, 16, 24} × cstop ∈ {0, 0.3,
    0.5} priced from the same records (app.core.tuning.price_candidate);
 3. per prompt, per category and overall: k=auto's predicted speedup against the best fixed setup's there, and how
-   many tokens k=auto drafted and kept in how many steps.
+   many tokens k=auto drafted and kept in how many steps; and against transformers' assisted generation's rule as
+   `hf-assisted` runs it here (transformers 5.23's defaults without scikit-learn: 20 drafts a step, ending after a
+   draft of confidence < 0.4, i.e. `k=20,stop=0.4`) priced on the same records — the issue's "at least hf-assisted's
+   speedup on every prompt", judged offline (the rule in SpecDeck's loop, not transformers' own loop and its
+   overheads).
 
 No model runs after the calibration, so a change to the policy is judged on the same records in seconds, where a
 bench of the same prompts moves by a few percent from run to run (the replay against real lanes:
@@ -39,6 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def _label(k: int, cs: float) -> str:
     return f"k={k}" + (f",cstop={cs:g}" if cs else "")
+
+
+#: transformers' assisted generation as `hf-assisted` runs it (GenerationConfig defaults of transformers 5.23:
+#: num_assistant_tokens 20, schedule "constant", assistant_confidence_threshold 0.4, which stays fixed without
+#: scikit-learn): the same rule as `draft:…,k=20,stop=0.4`; priced apart from the grid, as a reference
+HF_RULE = ("hf-rule k=20,stop=0.4", 20, 0.4)
 
 
 def main() -> int:
@@ -140,7 +150,11 @@ def main() -> int:
             priced = price_candidate(Candidate(drafter, _label(k, cs), k, 0.0, cs), records, curve, draft_curve)
             if priced is not None:
                 pred[_label(k, cs)].update(priced.pred_wall_s)
-    fixed = [n for n in pred if not n.startswith("auto")]
+        hf_name, hf_k, hf_stop = HF_RULE
+        if (priced := price_candidate(Candidate(drafter, hf_name, hf_k, hf_stop, 0.0), records, curve, draft_curve)) is not None:
+            pred[hf_name].update(priced.pred_wall_s)
+    fixed = [n for n in pred if not n.startswith("auto") and n != HF_RULE[0]]
+    has_hf = all(i in pred[HF_RULE[0]] for i in ids)
 
     def speedup(name: str, group: list[str]) -> float:
         return sum(base[i] for i in group) / sum(pred[name][i] for i in group)
@@ -150,14 +164,18 @@ def main() -> int:
         return name, speedup(name, group)
 
     prompts = []
-    print(f"\n{'prompt':<10} {'k=auto':>7} {'best fixed':>22} {'ratio':>6}   steps drafted kept")
+    print(f"\n{'prompt':<10} {'k=auto':>7} {'best fixed':>22} {'ratio':>6}   steps drafted kept  {'÷ hf rule':>9}")
     for i in ids:
         name, b = best([i])
         a = speedup("auto", [i])
         n_steps, drafted, kept = done[i]
         row = dict(prompt=i, category=cat.get(i), auto=a, best=name, best_speedup=b, ratio=a / b, steps=n_steps, drafted=drafted, kept=kept)
+        if has_hf:
+            row["hf_rule_speedup"] = speedup(HF_RULE[0], [i])
+            row["ratio_to_hf_rule"] = a / row["hf_rule_speedup"]
         prompts.append(row)
-        print(f"{i:<10} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}   {row['steps']:>5} {row['drafted']:>7} {row['kept']:>4}")
+        print(f"{i:<10} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}   {row['steps']:>5} {row['drafted']:>7} {row['kept']:>4}"
+              + (f"  {row['ratio_to_hf_rule']:>9.3f}" if has_hf else ""))
     cats: dict[str, list[str]] = defaultdict(list)
     for i in ids:
         cats[cat.get(i, "?")].append(i)
@@ -170,6 +188,12 @@ def main() -> int:
         print(f"{c:<14} {len(group):>2} {a:>6.2f}x {name:>14} {b:>6.2f}x {a / b:>6.3f}")
     worst = min((r for r in by_cat if r["category"] != "all"), key=lambda r: r["ratio"])
     print(f"\nk=auto (replayed) {by_cat[0]['ratio']:.3f} of the best fixed setup overall; worst category {worst['category']} {worst['ratio']:.3f}")
+    hf_rule = None
+    if has_hf:
+        below = [r for r in prompts if r["ratio_to_hf_rule"] < 1.0]
+        hf_rule = dict(setup=HF_RULE[0], speedup=speedup(HF_RULE[0], ids), below_on=[r["prompt"] for r in below])
+        print(f"hf-assisted's rule ({HF_RULE[0].split(' ', 1)[1]}) replayed: {hf_rule['speedup']:.2f}x overall; k=auto below it on "
+              f"{len(below)} of {len(prompts)} prompts" + (": " + ", ".join(f"{r['prompt']} {r['ratio_to_hf_rule']:.3f}" for r in below) if below else ""))
     if orders > 1:
         low = {c: min(speedup(f"auto#{o}", group) / best(group)[1] for o in range(orders)) for c, group in cats.items()}
         print(f"over {orders} orders (means above): worst order's ratio per category "
@@ -179,7 +203,7 @@ def main() -> int:
                 r["worst_order_ratio"] = low[r["category"]]
     Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=TARGET, draft=drafter, records=args.records,
                                                tokens=args.tokens, orders=orders, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
-                                               by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}), indent=1))
+                                               by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}, hf_rule=hf_rule), indent=1))
     print(f"written: {args.json}")
     return 0
 
