@@ -193,30 +193,53 @@ def test_killing_the_worker_ends_bench_with_a_message(tiny_pair):
             p.kill()
 
 
-def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path):
+def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeypatch):
     """`profile` measures V(n) of a target and its draft on this machine, caches them per engine/precision/machine,
     and answers from the cache the second time; `bench` carries the profiles in its report. A profile measured while
     other processes took the CPU is not cached (app.core.costs.CostProfile.contended; the suite may be that busy):
-    then the second run measures again, and says so."""
+    then the second run measures again, and says so. It also shows what k=auto saved of each target–draft pair, and
+    `--forget-kauto` deletes it."""
     from app.core.costs import CostProfile
+    from app.speculative.policy import AutoK, Calibration, save_learnt
 
     t, d = (str(p) for p in tiny_pair)
     env = {**os.environ, "SPECDECK_PROFILES": str(tmp_path / "profiles")}
+    env.pop("SPECDECK_KAUTO_MEMORY", None)  # the default: $SPECDECK_PROFILES/kauto
 
     def run(*args):
         return subprocess.run([*PY, *args], capture_output=True, text=True, timeout=600, env=env)
 
     r = run("profile", t, "--draft", f"{d}:int8", "--json", "-")
     assert r.returncode == 0, r.stderr
-    first = json.loads(r.stdout)["profiles"]
+    doc = json.loads(r.stdout)
+    first = doc["profiles"]
+    assert [(m["draft"], m["saved"], m["off"]) for m in doc["kauto_memory"]] == [("tiny-draft", None, False)]
     assert [(p["engine"], p["precision"]) for p in first] == [("tiny-target", "float32"), ("tiny-draft", "int8")]
     for p in first:
         assert p["ns"][0] == 1 and p["ns"][-1] == 33 and p["times_s"] == sorted(p["times_s"]) and p["times_s"][0] > 0
     quiet = [p for p in first if not CostProfile.from_json(p).contended]
     assert len(list((tmp_path / "profiles").glob("*.json"))) == len(quiet)  # what was quiet is cached
+    # what a k=auto lane of the pair saves when it ends (app.lanes.draft's key: the two profiles' keys)
+    key = (first[0]["key"], first[1]["key"])
+    memory = tmp_path / "profiles" / "kauto"
+    auto, cal = AutoK(CostProfile.from_json(first[0]), draft=CostProfile.from_json(first[1])), Calibration()
+    for _ in range(40):
+        cal.update(0.95, True)
+        cal.update(0.3, False)
+    auto.answers = 3
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(memory))
+    saved = save_learnt(key, auto, cal)
+    assert saved is not None and saved.parent == memory
     out = tmp_path / "again.json"
     r = run("profile", t, "--draft", f"{d}:int8", "--json", str(out))
     assert r.returncode == 0 and "V(33)" in r.stdout and "tiny-target (hf float32)" in r.stdout, r.stderr
+    assert "k=auto memory: learnt over 3 answer(s)" in r.stdout and str(saved) in r.stdout, r.stdout
+    kept = json.loads(out.read_text())["kauto_memory"][0]["saved"]["kept"]
+    assert kept["q>=0.9"] > 0.99 and kept["q<0.5"] < 0.2  # the saved verdicts (the priors alone: 0.97 and 0.36)
+    r = run("profile", t, "--draft", f"{d}:int8", "--forget-kauto")
+    assert r.returncode == 0 and f"forgotten ({saved} deleted)" in r.stdout and not saved.exists(), r.stdout + r.stderr
+    r = run("profile", t, "--forget-kauto")
+    assert r.returncode == 2 and "name the drafts" in r.stderr and "--draft" in r.stderr
     again = {p["engine"]: p for p in json.loads(out.read_text())["profiles"]}
     for p in quiet:  # from the cache: the same measurement
         assert again[p["engine"]]["measured_at"] == p["measured_at"]

@@ -1,5 +1,7 @@
 """`python -m app profile ENGINE`: measure (or show the cached) verify-cost curve V(n) of an engine and its drafts'
-cost on this machine (app.core.costs); `bench` carries the same profiles in its report."""
+cost on this machine (app.core.costs); `bench` carries the same profiles in its report. With `--draft`, it also shows
+what k=auto has saved of each target–draft pair on this machine (app.speculative.policy.saved_summary), and
+`--forget-kauto` deletes it, so that the pair's next k=auto lane starts from its priors."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ def add_parser(sub) -> None:
     pr.add_argument("--device", default=None, help="cpu | cuda (default: the manifest's)")
     pr.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: the manifest's")
     pr.add_argument("--force", action="store_true", help="measure again even if cached")
+    pr.add_argument("--forget-kauto", action="store_true",
+                    help="delete what k=auto saved of each target–draft pair here (its next lane starts from its priors)")
     pr.add_argument("--json", metavar="PATH", help="write the profiles as JSON to PATH, or - for stdout")
     pr.set_defaults(func=run)
 
@@ -37,6 +41,9 @@ def run(args) -> int:
         if dt and dt not in DRAFT_DTYPES:
             raise SpecDeckError(f"--draft {d}: unknown precision {dt!r}", fix=f"use NAME or NAME:D with D one of {', '.join(DRAFT_DTYPES)}")
         drafts.append((name, dt or None))
+    if args.forget_kauto and not drafts:
+        raise SpecDeckError("--forget-kauto forgets what k=auto learnt of target–draft pairs: name the drafts",
+                            fix=f"add --draft ENGINE[:DTYPE], e.g. python -m app profile {args.engine} --draft qwen2.5-coder-0.5b-instruct:int8 --forget-kauto")
     if args.json and args.json != "-":
         check_writable(args.json)
     w = WorkerRun(quiet=args.json == "-")
@@ -54,14 +61,16 @@ def run(args) -> int:
         raise SpecDeckError(f"{args.engine} cannot be profiled: it has no step-by-step forward (TensorRT-LLM engines decode inside the library)",
                             fix="profile an hf or llamacpp engine")
     rows = [p.to_json() for p in profiles]
-    doc = {"profiles": rows, "seconds": time.perf_counter() - t0}
+    target = profiles[0]
+    memory = _kauto_memory(target, profiles[1:], args.forget_kauto)
+    doc = {"profiles": rows, "seconds": time.perf_counter() - t0, "kauto_memory": memory}
     if args.json == "-":
         print(json.dumps(doc, indent=1))
         return 0
     print(render_profiles(rows))
-    target = profiles[0]
-    for p in profiles[1:]:
+    for p, m in zip(profiles[1:], memory, strict=True):
         print(f"draft {p.engine} ({p.precision}): c = T_draft(1) / T_target(1) = {p.t1_s / target.t1_s:.3f}")
+        print("  " + _memory_line(m))
     print(f"({doc['seconds']:.1f} s; cached under {profiles_dir()}; --force measures again)")
     if args.json:
         where = write_json(doc, args.json)
@@ -69,3 +78,31 @@ def run(args) -> int:
             print(f"error: could not write {args.json}; the profiles were saved to {where}")
             return 2
     return 0
+
+
+def _kauto_memory(target, drafts, forget: bool) -> list[dict]:
+    """Per draft: what k=auto saved of the (target, draft) pair (the key its lanes use: app.lanes.draft), deleted
+    first when `forget`."""
+    from app.speculative.policy import forget_saved, saved_dir, saved_summary
+
+    out = []
+    for p in drafts:
+        key = (target.key, p.key)
+        removed = forget_saved(key) if forget else None
+        out.append(dict(draft=p.engine, precision=p.precision, off=saved_dir() is None,
+                        forgot=str(removed) if removed else None, saved=saved_summary(key)))
+    return out
+
+
+def _memory_line(m: dict) -> str:
+    """One line on what k=auto has saved of a pair (see :func:`_kauto_memory`)."""
+    if m["off"]:
+        return "k=auto memory: off (SPECDECK_KAUTO_MEMORY=off); its lanes start from their priors"
+    if m["forgot"]:
+        return f"k=auto memory: forgotten ({m['forgot']} deleted); the next lane starts from its priors"
+    s = m["saved"]
+    if s is None:
+        return "k=auto memory: nothing saved for this pair yet (a k=auto lane saves what it learnt when it ends)"
+    kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
+    return (f"k=auto memory: learnt over {s['answers']} answer(s), saved {s['saved']} ({s['path']}); drafts kept by "
+            f"confidence: {kept}; --forget-kauto deletes it")

@@ -52,7 +52,7 @@ from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
 __all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
-           "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt"]
+           "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -519,3 +519,31 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     auto._tok, auto._units, auto.answers = tok, units, answers
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
             f"{path}); SPECDECK_KAUTO_MEMORY=off starts it from its priors")
+
+
+def saved_summary(key: tuple) -> dict | None:
+    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept} — `kept`: the calibrated
+    share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their
+    priors; None where nothing readable is saved (or the memory is off)."""
+    path = _saved_path(key)
+    if path is None:
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        if d.get("version") != _SAVED_VERSION or d.get("key") != json.loads(json.dumps(list(key))):
+            return None
+        acc, n = d["calibration"]["acc"], d["calibration"]["n"]
+        bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
+        kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
+        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError):
+        return None
+
+
+def forget_saved(key: tuple) -> Path | None:
+    """Delete what is saved for the pair `key` (its next lane starts from the priors); the path removed, or None."""
+    path = _saved_path(key)
+    if path is None or not path.exists():
+        return None
+    path.unlink()
+    return path

@@ -13,6 +13,7 @@ Per category and overall it prints:
   (scipy.stats.bootstrap, paired: a resample draws whole prompts, every setup's wall of that prompt together, and
   picks the best fixed setup again; none below MIN_UNITS prompts, as with the 3 a category of `specbench`), and the
   same ratio in each run alone — with few prompts, how far the runs differ is the measure of how sure;
+  and k=auto against hf-assisted there (Σ wall_hf ÷ Σ wall_auto over the category's prompts, pooled);
 * then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline, pooled.
 
     python resources/bench/kauto_verdict.py resources/bench/qwen-kauto-specbench24-read-accounting.json \\
@@ -123,7 +124,9 @@ def main() -> int:
 
     groups = [("all", prompts), *((c, [p for p in prompts if cats.get(p) == c]) for c in dict.fromkeys(cats[p] for p in prompts))]
     out_cats = []
-    print(f"{'category':<14} {'n':>2}  {'k=auto ÷ best fixed':>19}  {int(LEVEL * 100)}% interval   best fixed (pooled)      per run")
+    print(f"{'category':<14} {'n':>2}  {'k=auto ÷ best fixed':>19}  {int(LEVEL * 100)}% interval   best fixed (pooled)      "
+          f"{'÷ hf':>6}  per run")
+    with_hf = {p for p in prompts if hf is not None and all((j, p) in walls[hf] for j in runs_of[p])}
     for name, ps in groups:
         f = np.stack([pooled(s, ps) for s in fixed])
         value, lo, hi = best_fixed_interval(f, pooled(auto, ps))
@@ -132,10 +135,13 @@ def main() -> int:
         for i in range(n_runs):
             a = pooled(auto, ps, i)
             per_run.append(float(np.stack([pooled(s, ps, i) for s in fixed]).sum(axis=1).min() / a.sum()) if a.size else None)
+        hs = [p for p in ps if p in with_hf]
+        vs_hf = float(pooled(hf, hs).sum() / pooled(auto, hs).sum()) if hf is not None and hs == ps else None
         out_cats.append(dict(category=name, prompts=len(ps), ratio=value, lo=lo if np.isfinite(lo) else None,
-                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run))
+                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run, vs_hf=vs_hf))
         span = f"{lo:>5.3f}–{hi:<5.3f}" if np.isfinite(lo) else f"{'–':^11}"
         print(f"{name:<14} {len(ps):>2}  {value:>19.3f}  {span}   {best.split(',', 1)[1]:<24} "
+              + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + "  "
               + " ".join("  –  " if x is None else f"{x:.3f}" for x in per_run))
 
     print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8} {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf")

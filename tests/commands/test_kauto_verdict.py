@@ -38,6 +38,8 @@ def test_the_verdict_pools_runs_and_leaves_out_what_waited(tmp_path):
     assert cats["coding"]["ratio"] == pytest.approx(0.9) and cats["coding"]["best"] == K16 and cats["coding"]["per_run"] == [0.9, 0.9]
     assert cats["math"]["ratio"] == pytest.approx(1.0) and cats["math"]["per_run"] == [1.0, None]  # run 2's m1 left out
     assert cats["all"]["lo"] is None  # 3 prompts: no bootstrap interval
+    # against hf-assisted, pooled per category: coding 20 s of hf-assisted over 20 s of k=auto; math run 1 only, 6 over 4
+    assert cats["coding"]["vs_hf"] == pytest.approx(1.0) and cats["math"]["vs_hf"] == pytest.approx(1.5)
     by = {p["prompt"]: p for p in v["prompts"]}
     assert by["c2"]["vs_hf"] == pytest.approx(0.8) and by["c2"]["runs_below_hf"] == 2 and by["m1"]["runs"] == 1
     assert "k=auto below hf-assisted on 1 of 3 prompts" in r.stdout and "left out, a lane waited for a CPU: m1 (30%)" in r.stdout

@@ -290,7 +290,8 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     """A real lane (saved=True) writes what its pair learnt when it ends (DraftModelDrafter.finish); a drafter of the
     same pair in a new process — no in-process memory — starts from it, each estimate worth at most SAVED_CAP verdicts
     with its mean kept, and says so in its notes. Another pair, a damaged file, or SPECDECK_KAUTO_MEMORY=off start
-    from the priors; a replay's drafter (saved=False) neither reads nor writes."""
+    from the priors; a replay's drafter (saved=False) neither reads nor writes. `saved_summary` tells what is saved
+    (`profile --draft` shows it) and `forget_saved` deletes it."""
     import json
     import uuid
 
@@ -341,6 +342,19 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
         files[0].write_text(text)
         damaged = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
         assert damaged.calibration(0.95) == pytest.approx(fresh) and damaged.notes == []
+        if text == good[:-20]:
+            assert policy.saved_summary(key) is None  # nothing readable: `profile` says nothing is saved
+    policy.forget(key)
+
+    # what `profile --draft` shows and `--forget-kauto` deletes
+    files[0].write_text(good)
+    summary = policy.saved_summary(key)
+    assert summary is not None and summary["answers"] == 1 and summary["path"] == str(files[0])
+    assert summary["kept"]["q>=0.9"] < 0.1  # the rejections it saved
+    assert policy.saved_summary((*key, "other")) is None
+    assert policy.forget_saved(key) == files[0] and not files[0].exists()
+    assert policy.forget_saved(key) is None and policy.saved_summary(key) is None
+    assert DraftModelDrafter(None, auto=auto(), memory=key, saved=True).calibration(0.95) == pytest.approx(fresh)
     policy.forget(key)
 
 
