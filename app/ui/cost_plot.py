@@ -6,13 +6,17 @@ costs V(k + 1) decode steps), so a flat curve (verifying is nearly free: specula
 draft model is a dashed horizontal line at c = its one-token forward ÷ its target's: what a drafted token costs
 in the target's decode steps. The profiles arrive as ProfileReady events (cached per machine, or measured when a
 lane first needs them). A run sink (app.ui.sinks).
+
+Under the curves, for each target–draft pair of the run: what k=auto has saved of it on this machine (the memory its
+next lane starts from: app.speculative.policy.saved_summary), read when profiles arrive and when a run ends, with a
+button that forgets it (policy.forget_saved) — a live demo can start k=auto from its priors again.
 """
 
 from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.core.costs import CostProfile
 from app.core.events import ProfileReady
@@ -48,9 +52,24 @@ class CostPanel(QWidget):
         self.break_even = QLabel("")  # the setup finder's break-even line (Run ▸ Find the fastest setup)
         self.break_even.setWordWrap(True)
         self.break_even.hide()
+        self.memory = QLabel("")  # what k=auto saved of the run's target–draft pairs (refresh_memory)
+        self.memory.setWordWrap(True)
+        self.forget = QPushButton("Forget what k=auto learnt")
+        self.forget.setToolTip("Delete what k=auto saved of these pairs on this machine: their next k=auto lane starts "
+                               "from its priors (python -m app profile TARGET --draft DRAFT --forget-kauto does the same)")
+        self.forget.clicked.connect(self.forget_memory)
+        self._saved: list[tuple[str, str]] = []  # the pairs' keys that have something saved
+        row = QHBoxLayout()
+        row.addWidget(self.memory, 1)
+        row.addWidget(self.forget, 0, Qt.AlignmentFlag.AlignTop)
+        self.memory_row = QWidget()
+        self.memory_row.setLayout(row)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.memory_row.hide()
         lay.addWidget(self.glw, 1)
         lay.addWidget(self.note)
         lay.addWidget(self.break_even)
+        lay.addWidget(self.memory_row)
         self.set_theme(theme)
 
     # --- run sink --------------------------------------------------------------------------------
@@ -69,6 +88,7 @@ class CostPanel(QWidget):
             if p.key not in self.profiles:
                 self.profiles[p.key] = p
         self.redraw()
+        self.refresh_memory()  # the run's k=auto lanes saved what they learnt when they ended
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -88,6 +108,50 @@ class CostPanel(QWidget):
     def add_profile(self, p: CostProfile) -> None:
         self.profiles[p.key] = p
         self.redraw()
+        self.refresh_memory()
+
+    def pairs(self) -> list[tuple[str, tuple[str, str]]]:
+        """The run's target–draft pairs with both profiles: (label, the key a k=auto lane saves under: the two profiles'
+        keys, as app.lanes.draft makes it)."""
+        return [(f"draft {dp.engine} ({dp.precision}) for {target}", (tp.key, dp.key)) for target, tp, dp, _ in self._draft_profiles()]
+
+    def _draft_profiles(self) -> list[tuple[str, CostProfile, CostProfile, str | None]]:
+        """(target, its profile, the draft's newest profile at the plan's precision, that precision or None) per draft
+        of the plan whose two profiles have arrived."""
+        out = []
+        for (name, prec), target in self.drafts.items():
+            tp = self._target_profile(target)
+            dps = [p for p in self.profiles.values() if p.engine == name and (prec is None or p.precision == prec)]
+            if tp is not None and dps:
+                out.append((target, tp, dps[-1], prec))
+        return out
+
+    def refresh_memory(self) -> None:
+        """Show what k=auto saved of each pair of the run (nothing saved, or the memory off: the row hides)."""
+        from app.speculative.policy import saved_summary
+
+        lines, self._saved = [], []
+        for label, key in self.pairs():
+            s = saved_summary(key)
+            if s is None:
+                continue
+            self._saved.append(key)
+            kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
+            lines.append(f"• {label}: over {s['answers']} answer(s), saved {s['saved']}; drafts kept by confidence: {kept}")
+        if lines:
+            self.memory.setText("k=auto starts from what it learnt of these pairs on this machine:\n" + "\n".join(lines))
+        self.memory_row.setVisible(bool(lines))
+        self.forget.setEnabled(bool(lines))
+
+    def forget_memory(self) -> None:
+        """Delete what k=auto saved of the pairs shown: their next k=auto lane starts from its priors."""
+        from app.speculative.policy import forget_saved
+
+        gone = [key for key in self._saved if forget_saved(key) is not None]
+        self._saved = []
+        self.memory.setText(f"Forgot what k=auto learnt of {len(gone)} pair(s): their next k=auto lane starts from its priors.")
+        self.memory_row.setVisible(True)
+        self.forget.setEnabled(False)
 
     def _target_profile(self, engine: str) -> CostProfile | None:
         # the newest profile of that engine (precision as loaded)
@@ -106,12 +170,9 @@ class CostPanel(QWidget):
             p = self._target_profile(name)
             if p is not None:
                 out.append(("curve", f"{p.engine} ({p.backend} {p.precision}) · T(1) {p.t1_s * 1e3:.0f} ms", list(p.curve())))
-        for (name, prec), target in self.drafts.items():
-            tp = self._target_profile(target)
-            dps = [p for p in self.profiles.values() if p.engine == name and (prec is None or p.precision == prec)]
-            if tp is None or not dps or name == target and prec is None:
+        for target, tp, dp, prec in self._draft_profiles():
+            if dp.engine == target and prec is None:
                 continue
-            dp = dps[-1]
             out.append(("draft", f"draft {dp.engine} ({dp.precision}) for {target}: c = {dp.t1_s / tp.t1_s:.2f}", dp.t1_s / tp.t1_s))
         return out
 

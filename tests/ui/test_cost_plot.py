@@ -34,3 +34,35 @@ def test_cost_panel_draws_each_targets_curve_and_each_drafts_cost(qtbot):
     assert curves["big"][4] == pytest.approx(1.28) and curves["lc-big"][4] == pytest.approx(3.8)
     assert drafts == {"small": pytest.approx(0.036 * 1.1 / 0.3), "lc-small": pytest.approx(0.033 / 0.06)}
     assert "Test CPU" in panel.note.text()
+
+
+def test_the_costs_tab_shows_what_k_auto_saved_of_each_pair_and_forgets_it(qtbot, tmp_path, monkeypatch):
+    """Under the curves: what k=auto saved of the run's target–draft pairs on this machine (read when profiles arrive
+    and when a run ends: the run's lanes save when they end), and a button that deletes it."""
+    from PySide6.QtCore import Qt
+
+    from app.speculative.policy import AutoK, Calibration, save_learnt
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    plan = RunPlan("big", ("baseline", "draft:small,k=auto,dtype=int8"), (Prompt("p", "x"),), Sampling())
+    panel.start_run(plan, RunResults(plan))
+    big, small = prof("big", lambda n: 1 + 0.07 * (n - 1), 0.3), prof("small", lambda n: 1 + 0.1 * n, 0.036, "int8")
+    for p in (big, small, prof("small", lambda n: 1 + 0.1 * n, 0.05)):  # the draft at another precision: another pair
+        panel.on_event(ProfileReady(p), 0.0)
+    assert panel.memory_row.isHidden()  # nothing saved yet
+    auto, cal = AutoK(big, draft=small), Calibration()
+    for _ in range(50):
+        cal.update(0.95, True)
+    auto.answers = 2
+    saved = save_learnt((big.key, small.key), auto, cal)  # what the run's k=auto lane saves when it ends
+    panel.finish(RunResults(plan))
+    assert not panel.memory_row.isHidden() and panel.forget.isEnabled()
+    text = panel.memory.text()
+    assert "draft small (int8) for big: over 2 answer(s)" in text and "q>=0.9 100%" in text and "float32" not in text
+    qtbot.mouseClick(panel.forget, Qt.MouseButton.LeftButton)
+    assert not saved.exists() and "Forgot what k=auto learnt of 1 pair(s)" in panel.memory.text()
+    assert not panel.forget.isEnabled()
+    panel.refresh_memory()
+    assert panel.memory_row.isHidden()
