@@ -53,6 +53,8 @@ def build(setup: DraftModel, env):
         # what k=auto learns of this pair carries over to its next lane (the next prompt) in this worker, and to the
         # next run's (saved on disk: app.speculative.policy.save_learnt)
         memory = (tp.key, dp.key if dp is not None else draft.name)
+    else:  # a fixed k needs no draft profile; a cached one still reaches the run (the Costs tab draws the draft's c)
+        env.profile(draft, measure=False)
     k = setup.k if isinstance(setup.k, int) else 4
     return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto, memory=memory,
                                                 learn=getattr(env, "learn", True), saved=True),

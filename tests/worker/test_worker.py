@@ -206,3 +206,36 @@ def test_pool_keeps_one_engine_per_precision(tiny_pair):
     q = pool.get(name, None, "int8")
     assert q is not fp32 and q.dtype == "int8" and fp32.dtype == "float32"
     assert pool.get_draft(str(tiny_pair[0]), pool.get(str(tiny_pair[0])), name, None, "int8") is q
+
+
+def test_a_fixed_draft_lane_sends_its_drafts_cached_profile_and_measures_none(tiny_pair, tmp_path, monkeypatch):
+    """A fixed-k draft lane needs only the target's cost profile; the draft's is sent too when it is cached (the
+    Costs tab draws its c and shows what k=auto saved of the pair), and never measured for it."""
+    from dataclasses import replace
+
+    from app.core.costs import PROFILE_NS, CostProfile, save_profile
+    from app.core.events import ProfileReady
+    from app.speculative.costs import profile_key_parts
+    from app.worker.pool import EnginePool
+    from app.worker.scheduler import lane_events
+
+    monkeypatch.setenv("SPECDECK_PROFILES", str(tmp_path / "profiles"))
+    t, d = (str(p) for p in tiny_pair)
+
+    def run_lane() -> list[str]:
+        """The engines whose profiles the lane sent; asserts that nothing was measured."""
+        events: list = []
+        pool = EnginePool(emit=events.append)
+        evs = list(lane_events(pool, t, LaneSpec("L", f"draft:{d},k=3", "p", PROMPT), Sampling(max_new_tokens=6), chat=False,
+                               cancelled=lambda: False))
+        assert isinstance(evs[-1], LaneDone), evs[-1]
+        assert not [e.task for e in events if isinstance(e, Progress) and e.task.split(": ", 1)[-1].startswith("profile ")]
+        return sorted(e.profile.engine for e in events if isinstance(e, ProfileReady))
+
+    loader = EnginePool()
+    target, draft = loader.get(t), loader.get(d)
+    quiet = CostProfile(ns=PROFILE_NS, times_s=tuple(0.01 * (1 + 0.01 * n) for n in PROFILE_NS), **profile_key_parts(target))
+    save_profile(quiet)  # the target's profile cached: nothing is measured in this test
+    assert run_lane() == [target.name]  # the draft's profile is not cached: not sent, not measured
+    save_profile(replace(quiet, times_s=tuple(x / 4 for x in quiet.times_s), **profile_key_parts(draft)))
+    assert run_lane() == sorted([target.name, draft.name])
