@@ -248,6 +248,16 @@ def int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None = None, on_bloc
     treats each output row on its own, so the int8 weights, scales and zero points are the same as from_float's — and
     only the int8 rows pile up; `on_block(rows, weight_rows)` then sees each block before its pages are released
     (the int8 check computes the layer's fp32 output there)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates its quantized tensor constructors (torchao replaces them; not a dependency here): the
+        # warning would reach a user's terminal once per process, whichever int8 layer is made first
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel", category=UserWarning)
+        return _int8_linear(linear, chunk_bytes, on_block)
+
+
+def _int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None, on_block) -> torch.nn.Module:
     import torch.ao.nn.quantized.dynamic as nnqd
     from torch.ao.nn.quantized.modules.utils import _quantize_weight
     from torch.ao.quantization import per_channel_dynamic_qconfig

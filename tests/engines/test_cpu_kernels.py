@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -124,3 +125,16 @@ def test_int8_linear_in_blocks_equals_from_float(chunk_bytes):
         assert torch.equal(ref(x), q(x)) and (q.in_features, q.out_features) == (48, 301)
     if chunk_bytes:
         assert len(seen) > 1 and sum(seen) == 301  # the blocks cover every row once
+
+
+@pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this torch build")
+def test_int8_linear_keeps_torchs_deprecation_warning_from_the_terminal():
+    """torch 2.13 warns once per process (in C++) that its quantized tensors are deprecated: making int8 layers must
+    not print it (a fresh process, warnings as errors; in this one it may already have been shown)."""
+    import subprocess
+
+    code = ("import torch; from app.engines.cpu_kernels import int8_linear; "
+            "int8_linear(torch.nn.Linear(48, 301)); int8_linear(torch.nn.Linear(48, 301), 4096)")
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0 and "deprecated" not in r.stderr, r.stderr
