@@ -236,10 +236,6 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     assert "k=auto memory: learnt over 3 answer(s)" in r.stdout and str(saved) in r.stdout, r.stdout
     kept = json.loads(out.read_text())["kauto_memory"][0]["saved"]["kept"]
     assert kept["q>=0.9"] > 0.99 and kept["q<0.5"] < 0.2  # the saved verdicts (the priors alone: 0.97 and 0.36)
-    r = run("profile", t, "--draft", f"{d}:int8", "--forget-kauto")
-    assert r.returncode == 0 and f"forgotten ({saved} deleted)" in r.stdout and not saved.exists(), r.stdout + r.stderr
-    r = run("profile", t, "--forget-kauto")
-    assert r.returncode == 2 and "name the drafts" in r.stderr and "--draft" in r.stderr
     again = {p["engine"]: p for p in json.loads(out.read_text())["profiles"]}
     for p in quiet:  # from the cache: the same measurement
         assert again[p["engine"]]["measured_at"] == p["measured_at"]
@@ -247,6 +243,10 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
         if p not in quiet:  # measured again, and the table said why
             assert again[p["engine"]]["measure_s"] > 0 and (not CostProfile.from_json(again[p["engine"]]).contended
                                                            or "not cached" in r.stdout)
+    r = run("profile", t, "--draft", f"{d}:int8", "--forget-kauto")  # after the checks on the run above
+    assert r.returncode == 0 and f"forgotten ({saved} deleted)" in r.stdout and not saved.exists(), r.stdout + r.stderr
+    r = run("profile", t, "--forget-kauto")
+    assert r.returncode == 2 and "name the drafts" in r.stderr and "--draft" in r.stderr
     r = run("profile", t, "--draft", f"{d}:int4")
     assert r.returncode == 2 and "unknown precision 'int4'" in r.stderr
     r = run("bench", "--target", t, "--setup", "ngram:k=auto", "--prompt", "a b c a b c a b c", "--max-new-tokens", "12",
