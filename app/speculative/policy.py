@@ -475,6 +475,21 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
     return write_json_atomically(path, doc)
 
 
+def _read_saved(key: tuple) -> tuple[Path, dict] | None:
+    """The saved file of the pair `key` and its JSON object, or None: the memory off, nothing saved, a file that cannot
+    be read or parsed, or one of another version or key (what load_learnt and saved_summary then ignore)."""
+    path = _saved_path(key)
+    if path is None:
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.get("version") != _SAVED_VERSION or d.get("key") != json.loads(json.dumps(list(key))):
+        return None
+    return path, d
+
+
 def _capped(c: list[float], cap: float) -> list[float]:
     """A Beta count [hits, n] worth at most `cap` verdicts, its mean kept."""
     hits, n = float(c[0]), float(c[1])
@@ -487,13 +502,10 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     """Start `auto` and `cal` (fresh, made from the pair's cost profiles) from what was saved for `key`, each estimate
     worth at most SAVED_CAP verdicts; returns a line for the lane's notes, or None (nothing saved, turned off, or a
     file of another version, key or shape: ignored, the priors stay)."""
-    path = _saved_path(key)
-    if path is None:
+    if (got := _read_saved(key)) is None:
         return None
+    path, d = got
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-        if d.get("version") != _SAVED_VERSION or d.get("key") != json.loads(json.dumps(list(key))):
-            return None
         bins = Calibration.BINS
         cal_pairs = [_capped([h, n], SAVED_CAP) for h, n in zip(d["calibration"]["acc"], d["calibration"]["n"], strict=True)]
         acc = d["acceptance"]
@@ -525,13 +537,10 @@ def saved_summary(key: tuple) -> dict | None:
     """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept} — `kept`: the calibrated
     share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their
     priors; None where nothing readable is saved (or the memory is off)."""
-    path = _saved_path(key)
-    if path is None:
+    if (got := _read_saved(key)) is None:
         return None
+    path, d = got
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-        if d.get("version") != _SAVED_VERSION or d.get("key") != json.loads(json.dumps(list(key))):
-            return None
         acc, n = d["calibration"]["acc"], d["calibration"]["n"]
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
