@@ -211,8 +211,8 @@ def tune_report(tiny_pair, tmp_path_factory) -> tuple[dict, str, Path]:
     (its JSON report, its stdout, the report's path). Shared by the CLI's and the dialog's tests (~1.5 min). Every
     drafter is calibrated on every prompt (`--calibrate-all`), so the report does not hang on whether the tiny draft
     is dropped after two prompts (tested on literal records in test_tune.py). With kind `redrafter`: two ReDrafter heads
-    saved for the tiny target in a heads folder of its own, which the confirmation measures: one with random weights,
-    one whose hidden size does not fit the target (its lane fails; the others run on)."""
+    saved for the tiny target in a heads folder of its own, which the finder calibrates and prices: one with random
+    weights, one whose hidden size does not fit the target (its calibration lane fails; the others run on)."""
     import json
     import subprocess
     import sys

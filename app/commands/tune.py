@@ -1,17 +1,19 @@
 """`python -m app tune`: which decoding setup is fastest here — a setup finder.
 
 1. **Calibration** (about half of the time budget left after loading): the baseline and one calibration lane per drafter (a draft model at
-   each precision tried, n-gram lookup) run interleaved, prompt by prompt, categories in turn. Each calibration lane
-   drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every step's draft confidences and the target's
-   verdict (app.core.tuning).
+   each precision tried, n-gram lookup, ReDrafter heads trained for the target) run interleaved, prompt by prompt,
+   categories in turn. Each calibration lane drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every
+   step's draft confidences and the target's verdict; a head's verifies every beam tree up to CAL_BEAMS × CAL_DEPTH at
+   once, each node tagged with the trees that hold it (app.core.tuning).
 2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; static token trees of each
-   draft, from the ranks its chain recorded where the target corrected it; lookup × k) is priced from those records
+   draft, from the ranks its chain recorded where the target corrected it; lookup × k; head × beams × depth × cstop)
+   is priced from those records
    with the target's cost profile — per prompt, per category and overall — and each draft model's `k=auto` by
    replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
    drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows),
-   with what is measured but not priced: ReDrafter heads (kind `redrafter`), and a dynamic token tree where the best
-   static tree priced close to the best setup (:func:`dynamic_tree_for`).
+   with each ReDrafter head's best priced tree (kind `redrafter`) and what is measured but not priced: a dynamic
+   token tree where the best static tree priced close to the best setup (:func:`dynamic_tree_for`).
 
 Output: a ranked table — predicted and measured tokens/s and speedup, α, τ, one sentence on why each wins or
 loses — the winner per category, the break-even line (what α a drafter of a given cost needs to beat the baseline
@@ -36,12 +38,11 @@ from app.core.errors import SetupError
 
 __all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "dynamic_tree_for", "KINDS", "PRICED_KINDS"]
 
-#: drafter kinds `--kinds` accepts, and those the finder prices (chains of drafts, lookups, static token trees from
-#: the draft's chain calibration); ReDrafter heads trained for the target are measured in the confirmation run, not
-#: priced (their beams depend on the target's hidden states, which a chain calibration does not record)
+#: drafter kinds `--kinds` accepts, all priced: chains of drafts, lookups, static token trees (from the draft's chain
+#: calibration), ReDrafter heads trained for the target (from their own calibration lanes)
 KINDS = ("draft", "ngram", "tree", "redrafter")
-PRICED_KINDS = ("draft", "ngram", "tree")
-#: the most ReDrafter heads measured in a confirmation (those with the best held-out acceptance)
+PRICED_KINDS = KINDS
+#: the most ReDrafter heads calibrated (those with the best held-out acceptance)
 MAX_HEADS = 2
 #: a dynamic token tree (EAGLE-2 style; its branches depend on draft confidences a chain calibration never sees) is
 #: measured in the confirmation when the best static tree priced at least this share of the best priced setup
@@ -64,7 +65,7 @@ def add_parser(sub) -> None:
                    "sharing the target's tokenizer and backend that are smaller than it)")
     t.add_argument("--kinds", default="draft,ngram,tree", help=f"drafter kinds to try, comma-separated, of {', '.join(KINDS)} "
                    "(default draft,ngram,tree: static token trees are priced from the draft's chain calibration; redrafter: the heads "
-                   "trained for the target are measured in the confirmation run, not priced)")
+                   "trained for the target, beams × depth × cstop priced from their own calibration)")
     t.add_argument("--dtypes", default=None, help="draft precisions to try for PyTorch drafts (default int8 and the draft's own)")
     t.add_argument("--suite", help="built-in suite: " + ", ".join(list_suites()) + " (default specbench)")
     t.add_argument("--prompts", help="JSONL file with id, prompt[, category]")
@@ -129,9 +130,9 @@ def drafters(target_manifest, drafts: list[str], kinds: tuple[str, ...], dtypes:
 
 
 def heads_for(target_manifest, kinds: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """With kind `redrafter`: the `redrafter:<head>` setups the confirmation measures — heads trained for this target
-    (`train-drafter`), the MAX_HEADS with the best held-out depth-1 acceptance first — and what the report says of
-    the kind where none is measured (no hf target, no head trained, more heads than measured)."""
+    """With kind `redrafter`: the `redrafter:<head>` drafters the finder calibrates and prices — heads trained for
+    this target (`train-drafter`), the MAX_HEADS with the best held-out depth-1 acceptance first — and what the report
+    says of the kind where none is tried (no hf target, no head trained, more heads than tried)."""
     if "redrafter" not in kinds:
         return [], []
     from app.speculative.redrafter import heads_dir, list_heads
@@ -150,18 +151,26 @@ def heads_for(target_manifest, kinds: tuple[str, ...]) -> tuple[list[str], list[
     if not mine:
         return [], [f"redrafter: no head trained for {name} in {heads_dir()} (train one: {train})"]
     setups = [f"redrafter:{m.name}" for m in mine[:MAX_HEADS]]
-    notes = ([f"redrafter: {len(mine) - MAX_HEADS} more head(s) for {name} not measured "
-              f"({', '.join(m.name for m in mine[MAX_HEADS:])}; the finder measures the {MAX_HEADS} with the best held-out acceptance)"]
+    notes = ([f"redrafter: {len(mine) - MAX_HEADS} more head(s) for {name} not tried "
+              f"({', '.join(m.name for m in mine[MAX_HEADS:])}; the finder tries the {MAX_HEADS} with the best held-out acceptance)"]
              if len(mine) > MAX_HEADS else [])
     return setups, notes
 
 
+def is_head(drafter: str) -> bool:
+    """A ReDrafter head (`redrafter:<head>`), calibrated and priced by its beam trees."""
+    return drafter.startswith("redrafter:")
+
+
 def calibration_setup(drafter: str, model: bool) -> str:
-    """The setup string of a drafter's calibration lane (long proposals, a low cumulative stop)."""
-    from app.core.tuning import CAL_CSTOP, CAL_K
+    """The setup string of a drafter's calibration lane: long proposals and a low cumulative stop; for a ReDrafter
+    head every beam tree up to CAL_BEAMS × CAL_DEPTH at once (`widths=all`)."""
+    from app.core.tuning import CAL_BEAMS, CAL_CSTOP, CAL_DEPTH, CAL_K
 
     head, _, rest = drafter.partition(",")
     tail = f",{rest}" if rest else ""
+    if is_head(drafter):
+        return f"{head},beams={CAL_BEAMS},depth={CAL_DEPTH},widths=all{tail}"
     return f"{head},k={CAL_K},cstop={CAL_CSTOP}{tail}" if model else f"{head},k={CAL_K}{tail}"
 
 
@@ -214,14 +223,14 @@ class Finder:
             args.suite = "specbench"
         self.prompts = order_prompts(prompts_of(args))
         drafts = args.draft if args.draft else (default_drafts(self.target) if "draft" in self.kinds else [])
-        self.drafters = drafters(self.target, drafts, self.kinds, args.dtypes)
-        if not self.drafters:
-            raise SetupError("nothing to price: ReDrafter heads are measured beside the priced setups, not alone",
-                             fix="--kinds draft,ngram,tree,redrafter")
         self.heads, self.head_notes = heads_for(self.target, self.kinds)
+        self.drafters = drafters(self.target, drafts, self.kinds, args.dtypes) + [(h, False) for h in self.heads]
+        if not self.drafters:
+            raise SetupError(f"nothing to price: {'; '.join(self.head_notes) or 'no drafter'}",
+                             fix="train a head (python -m app train-drafter), or add kinds: --kinds draft,ngram,tree,redrafter")
         # why no dynamic tree was measured (dynamic_tree_for, when the confirmation is chosen), and the setups measured only
         self.dynamic_note = "dynamic trees (tree: without a shape): not measured (no confirmation run)"
-        self.measured_only: list[str] = list(self.heads)
+        self.measured_only: list[str] = []
         self.sampling = Sampling(args.temperature, 1.0, 0, args.seed, args.max_new_tokens).validated()
         self.chat = not args.no_chat
         self.w = WorkerRun(quiet)
@@ -356,16 +365,23 @@ class Finder:
                     continue
                 steps, step0 = [], None
                 for ev in ph.steps.get(lid, []):
-                    q = tuple(ev.draft_probs or ()) if model else ()
-                    n = len(ev.drafted_ids)
-                    open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
-                    cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None)
+                    if is_head(d):  # every beam tree at once: the nodes' masks, head probabilities and the accepted path
+                        t = ev.tree
+                        cs = (CalStep(len(t.ids), ev.accepted_count, t.q, False, ev.t_verify_s, None, t.parents, t.searches, t.path)
+                              if t is not None else CalStep(ev.k, ev.accepted_count, (), False, ev.t_verify_s))
+                        n = cs.offered
+                    else:
+                        q = tuple(ev.draft_probs or ()) if model else ()
+                        n = len(ev.drafted_ids)
+                        open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
+                        cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None)
                     if ev.step == 0:
                         step0 = cs if n else None
                     else:
                         steps.append(cs)
-                per_fw = st.t_draft_s / st.draft_forwards if model and st.draft_forwards else 0.0
-                drafting = st.t_draft_s if model else 0.0
+                drafts = model or is_head(d)  # drafting timed apart (a lookup's is part of its overhead)
+                per_fw = st.t_draft_s / st.draft_forwards if drafts and st.draft_forwards else 0.0
+                drafting = st.t_draft_s if drafts else 0.0
                 over_l = max(0.0, st.wall_s - st.prefill_s - st.t_verify_s - drafting) / st.decode_steps
                 pc.lanes[d] = LaneCal(tuple(steps), step0, st.prefill_s, per_fw, over_l)
             out.append(pc)
@@ -382,7 +398,7 @@ class Finder:
     def price(self, records: list, dropped: bool = True) -> list:
         """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
         `dropped` is False."""
-        from app.core.tuning import grid, price_candidate, rank, tree_grid
+        from app.core.tuning import beam_grid, grid, price_candidate, rank, tree_grid
 
         verify, _ = self.priced_curve(records)
         out = set(self.calibration.dropped) if dropped and self.calibration is not None else set()
@@ -391,8 +407,11 @@ class Finder:
         for i, (d, model) in enumerate(self.drafters, start=1):
             if i in out:
                 continue
-            cands = grid(d, model) if "draft" in self.kinds or not model else []
-            cands += tree_grid(d) if model and "tree" in self.kinds and self.tree_capable(d) else []
+            if is_head(d):
+                cands = beam_grid(d)
+            else:
+                cands = grid(d, model) if "draft" in self.kinds or not model else []
+                cands += tree_grid(d) if model and "tree" in self.kinds and self.tree_capable(d) else []
             curve = self.draft_curve(d) if model else None
             for cand in cands:
                 p = price_candidate(cand, records, verify, curve)
@@ -444,10 +463,13 @@ class Finder:
         models = [p.candidate.drafter for p in ranked if p.candidate.kind == "draft"] + [d for d, m in self.drafters if m]
         if models:
             chosen.append(auto_setup(models[0]))
+        chosen = list(dict.fromkeys(chosen))[:8]
+        # each head's best tree: the user asked about heads, and their pricing is checked where it is shown
+        chosen += [best.candidate.setup for h in self.heads if (best := next((p for p in ranked if p.candidate.drafter == h), None))]
         if "tree" in self.kinds:  # a dynamic tree, measured where static trees price close to the best
             tree, self.dynamic_note = dynamic_tree_for(ranked)
-            self.measured_only = [*self.heads, *([tree] if tree else [])]
-        return list(dict.fromkeys(chosen))[:8] + self.measured_only  # ReDrafter heads, a dynamic tree: measured, not priced
+            self.measured_only = [tree] if tree else []
+        return list(dict.fromkeys(chosen)) + self.measured_only  # a dynamic tree: measured, not priced
 
     def run_confirm(self, setups: list[str]) -> None:
         from app.worker.plan import RunResults
@@ -510,8 +532,6 @@ def tied_with_winner(measured: dict[str, dict], winner: str) -> dict[str, dict]:
 
 def measured_only_why(setup: str) -> str:
     """The `why` of a setup the confirmation measured but the finder did not price."""
-    if setup.startswith("redrafter:"):
-        return "ReDrafter head, measured only: its beams follow the target's hidden states, which the calibration does not record"
     if setup.startswith("tree:") and "shape=" not in setup:
         return ("dynamic tree, measured only: its branches follow the draft's confidences in tokens off the target's path, which "
                 "a chain calibration does not record (measured because the best static tree priced close to the best setup)")
@@ -554,7 +574,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
             predicted_confirmed_tokens_per_s=_tokens_per_s(p, tokens, on_confirmed) if m and on_confirmed else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
-    # anything measured but not priced (ReDrafter heads; k=auto where its drafter had no profile or records)
+    # anything measured but not priced (a dynamic tree; k=auto where its drafter had no profile or records)
     extra = [dict(setup=s, measured=m, why=measured_only_why(s)) for s, m in confirmed.items()
              if s != "baseline" and s not in {c["setup"] for c in cands}]
     # the winner: measured where confirmed (the real run decides), else predicted
@@ -597,6 +617,12 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
                          f"to cost less than one forward): it needs longer accepted runs or a cheaper draft")
     cal, conf = f.calibration, f.confirm
     not_tried = list(f.head_notes)
+    if cal is not None:  # a drafter whose calibration lanes failed (a head for other weights, a broken file): why, from its lane
+        have = {d for r in records for d in r.lanes}
+        for i, (d, _) in enumerate(f.drafters, start=1):
+            errs = [e for k, e in cal.results.errors.items() if k is not None and cal.plan.setup_index(k) == i]
+            if d not in have and errs:
+                not_tried.append(f"{d} did not run: {errs[0].message.splitlines()[0]}")
     if conf is not None:  # a head that could not run (trained on other weights, a broken file): why, from its lane
         for h in f.measured_only:
             if label(h) not in confirmed:

@@ -30,12 +30,20 @@ TargetKind = Literal["correction", "bonus", "baseline", "library"]
 @dataclass(frozen=True, slots=True)
 class TreeStep:
     """The token tree a step verified (tree drafting): node tokens, each node's parent (−1: the root, the last token
-    before the step), the accepted path (node indices from the root down) and each node's text."""
+    before the step), the accepted path (node indices from the root down) and each node's text.
+
+    Attributes:
+        q: the drafter's probability of each node's token given its ancestors (empty: not known).
+        searches: for a tree merged from several beam searches (the setup finder's ReDrafter calibration), each
+            node's mask of the searches that hold it (app.speculative.redrafter.search_bit); empty otherwise.
+    """
 
     ids: tuple[int, ...]
     parents: tuple[int, ...]
     path: tuple[int, ...]
     pieces: tuple[str, ...] = ()  # each node's text (after its ancestors), filled in by the recorder
+    q: tuple[float, ...] = ()
+    searches: tuple[int, ...] = ()
 
     @property
     def depth(self) -> int:

@@ -20,7 +20,10 @@ the answer's true prefix, and whether the target kept it (:func:`positions`). Wi
 and confidence at a position depend only on that prefix, so any fixed rule (k, stop, cstop) can be run over the
 answer position by position — its steps starting where *its* drafts end, not where the calibration's did
 (:func:`replay_positions`). Lookup drafters, whose proposals continue an earlier match, are replayed proposal by
-proposal (:func:`replay_step`). A prompt's predicted wall is its prefill plus its remaining tokens at the replayed
+proposal (:func:`replay_step`). A ReDrafter head drafts from the target's hidden state, which the records do not
+hold, so its calibration lane verifies the union of every beam tree up to CAL_BEAMS × CAL_DEPTH and tags each node
+with the trees that hold it: each tree's nodes and kept drafts on that step follow exactly (:func:`replay_beams`),
+and the head's steps are priced where the calibration's started. A prompt's predicted wall is its prefill plus its remaining tokens at the replayed
 tokens per step and units per step (:func:`price_candidate`). Speedups pool like the bench's: Σ baseline wall /
 Σ predicted wall.
 
@@ -56,6 +59,12 @@ __all__ = [
     "Candidate",
     "Priced",
     "replay_step",
+    "replay_beams",
+    "search_bit",
+    "SEARCH_DEPTHS",
+    "beam_grid",
+    "CAL_BEAMS",
+    "CAL_DEPTH",
     "positions",
     "replay_positions",
     "verify_scale",
@@ -79,6 +88,10 @@ __all__ = [
 #: long enough to price every grid setup up to k = 24, short enough that a calibration step is not mostly waste
 CAL_K = 24
 CAL_CSTOP = 0.02
+#: a ReDrafter head's calibration lane verifies every beam tree up to this wide and deep at once (its grid's limits:
+#: on a 2-core CPU 2 × 2 was the fastest measured and 4 × 4 already slower; a GPU affords wider trees than priced here)
+CAL_BEAMS = 4
+CAL_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -141,6 +154,11 @@ class CalStep:
     #: where the target rejected a draft: its token's rank among the draft's best there (StepEvent.correction_rank;
     #: 0: below them); None: unknown, or nothing rejected
     rank: int | None = None
+    #: a ReDrafter calibration step (app.speculative.redrafter.beam_trees): the verified tree's parents, each node's
+    #: mask of the beam searches holding it, the accepted path; q then holds each node's head probability
+    parents: tuple[int, ...] = ()
+    searches: tuple[int, ...] = ()
+    path: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,10 +223,46 @@ class Candidate:
     shape: tuple[int, ...] = ()
     #: k=auto: priced by replaying the policy itself over the calibration (app.speculative.replay); k is its cap
     auto: bool = False
+    #: a ReDrafter head's beam search this wide (k: its depth, cstop: its path-probability cut), priced from the
+    #: head's calibration (:func:`replay_beams`); 0 otherwise
+    beams: int = 0
 
     @property
     def kind(self) -> str:
         return "tree" if self.shape else self.drafter.split(":", 1)[0]
+
+
+#: ReDrafter calibration: a node's mask has :func:`search_bit`(w, d) set where the beam search w wide, stopped after
+#: d levels, holds it (d ≤ SEARCH_DEPTHS, the setup's limit)
+SEARCH_DEPTHS = 16
+
+
+def search_bit(beams: int, depth: int) -> int:
+    """The mask bit of the ReDrafter beam search `beams` wide and `depth` deep (app.speculative.redrafter.beam_trees)."""
+    return 1 << ((beams - 1) * SEARCH_DEPTHS + depth - 1)
+
+
+def replay_beams(s: CalStep, beams: int, depth: int, cstop: float = 0.0) -> tuple[int, int]:
+    """What a ReDrafter head's tree `beams` wide and `depth` deep, without the nodes whose path probability is below
+    `cstop`, verifies and keeps on a recorded calibration step: (nodes, accepted). The calibration verified the union
+    of every such tree (app.speculative.redrafter.beam_trees) and tagged each node with the trees that hold it; with
+    greedy decoding a tree keeps the longest prefix of the union's accepted path that it holds. A step recorded
+    without masks (a chain: the union had one beam) counts for every tree as its first `depth` drafts."""
+    if not s.searches:
+        return min(depth, s.offered), min(depth, s.accepted)
+    bit = search_bit(beams, depth)
+    keep: list[bool] = []
+    pp: list[float] = []
+    for i, par in enumerate(s.parents):
+        p = (s.q[i] if i < len(s.q) else 1.0) * (pp[par] if par >= 0 else 1.0)
+        pp.append(p)
+        keep.append(bool(s.searches[i] & bit) and p >= cstop and (par < 0 or keep[par]))
+    a = 0
+    for j in s.path:
+        if not keep[j]:
+            break
+        a += 1
+    return sum(keep), a
 
 
 def replay_step(s: CalStep, k: int, stop: float = 0.0, cstop: float = 0.0) -> tuple[int, int, bool]:
@@ -409,8 +463,10 @@ class Priced:
 def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], list[tuple[int, float]]]:
     """The candidate's step 0 and decode steps as (drafted, accepted) on one calibration lane: a model drafter's
     replayed position by position (:func:`replay_positions`; a tree's: :func:`replay_tree`, drafted = its nodes),
-    a lookup's proposal by proposal (:func:`replay_step`, drafts past a proposal paid in full and accepted at the
+    a ReDrafter head's step by step (:func:`replay_beams`, drafted = its nodes), a lookup's proposal by proposal (:func:`replay_step`, drafts past a proposal paid in full and accepted at the
     calibration's tail rate)."""
+    if cand.beams:  # step 0 drafts nothing (no hidden state before the prompt's forward); the rest step by step
+        return (0, 0.0), [(n, float(a)) for n, a in (replay_beams(s, cand.beams, cand.k, cand.cstop) for s in lane.steps)]
     if cand.shape:
         seq = positions(lane)
         rate = _first_rate(seq, cand.shape[0])
@@ -503,7 +559,8 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
     the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`). A tree's step verifies all its
     nodes, V(nodes + 1) — a tree mask costs as a causal forward of as many tokens, which the confirmation checks —
     and drafts them in one forward per level, each c·D(n) for n tokens fed, D the draft's own curve (`draft_curve`,
-    its forward over n tokens over one token; default the target's V)."""
+    its forward over n tokens over one token; default the target's V). A ReDrafter head's step runs `depth` levels
+    of its beam search, each c (its calibration's measured level: memory-bound, about as dear for 1 beam as for 4)."""
     pred: dict[str, float] = {}
     base: dict[str, float] = {}
     cats: dict[str, str] = {}
@@ -521,7 +578,10 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         os_.append(price.o)
         (d0, a0), steps = _decode_steps(cand, lane)
         tok = sum(a + 1 for _, a in steps)
-        if cand.shape:
+        if cand.beams:  # every node verified; the head runs its levels wherever the calibration's ran (its cut prunes after)
+            fw = 0.0
+            units = sum(price.v(d + 1) + (cand.k * c if s.offered else 0.0) + price.o for (d, _), s in zip(steps, lane.steps, strict=True))
+        elif cand.shape:
             _, feeds = tree_nodes(cand.shape)
             fw = sum(verify_at(tuple(draft_curve or verify), f) for f in feeds)  # the tree's draft forwards, in c
             units = sum(price.v(d + 1) + fw * c + price.o for d, _ in steps)
@@ -578,6 +638,19 @@ def grid(drafter: str, model: bool, ks: Sequence[int] = GRID_K) -> list[Candidat
         for st in GRID_STOP[1:]:
             out.append(Candidate(drafter, f"{head},k={k},stop={_fmt(st)}{tail}", k, st, 0.0))
     return out
+
+
+#: the path-probability cuts priced for ReDrafter heads (the head's own estimate that the target keeps a node's path)
+GRID_BEAM_CSTOP = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
+
+
+def beam_grid(drafter: str) -> list[Candidate]:
+    """Every ReDrafter tree of one head (`redrafter:<head>[,dtype=…]`) the finder prices: beams × depth up to the
+    calibration's (CAL_BEAMS × CAL_DEPTH) × path-probability cut. The setup strings parse back (app.lanes.redrafter)."""
+    head, _, rest = drafter.partition(",")
+    tail = f",{rest}" if rest else ""
+    return [Candidate(drafter, f"{head},beams={b},depth={d}" + (f",cstop={_fmt(cs)}" if cs else "") + tail, d, cstop=cs, beams=b)
+            for b in range(1, CAL_BEAMS + 1) for d in range(1, CAL_DEPTH + 1) for cs in GRID_BEAM_CSTOP]
 
 
 def _tree_shapes(max_nodes: int = 32) -> tuple[tuple[int, ...], ...]:
@@ -678,7 +751,10 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
     s = measured if measured is not None and math.isfinite(measured) else p.speedup()
     k = max(0, round(p.mean_k))
     parts = f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify V({k + 1}) {price.v(k + 1):.2f}"
-    if p.candidate.shape:
+    if p.candidate.beams:
+        parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of {p.mean_k:.1f} beam-tree nodes V({k + 1}) "
+                 f"{price.v(k + 1):.2f}, {p.candidate.k} head levels × c {p.c:.2f}")
+    elif p.candidate.shape:
         _, feeds = tree_nodes(p.candidate.shape)
         parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of {k} tree nodes V({k + 1}) "
                  f"{price.v(k + 1):.2f}, {len(feeds)} draft forwards over {'/'.join(map(str, feeds))} tokens at c {p.c:.2f}")

@@ -18,6 +18,7 @@ class ReDrafter(SetupBase):
     The defaults (2 beams × 2, int8 output layer) are the fastest measured on a 2-core CPU, where every tree node
     and every byte the head reads costs; a GPU affords the paper's wider trees (beams=4 or more, depth=4).
     Train a head for a target with `python -m app train-drafter --target <engine>`; the head is named after the colon.
+    `widths=all` is the setup finder's calibration lane (every narrower, shallower tree verified at once).
     """
 
     prefix = "redrafter"
@@ -30,6 +31,9 @@ class ReDrafter(SetupBase):
                          help="leave out tree nodes whose path probability under the head is below this (0: the whole beam tree)")
     dtype: str | None = param(None, choices=("float32", "int8"), unset="int8 where this CPU runs int8 linears",
                               help="the head's output layer precision on a CPU (int8: a quarter of the bytes each level reads; drafts only)")
+    widths: str | None = param(None, choices=("all",), unset="one search, `beams` wide and `depth` deep",
+                               help="all: verify every beam tree up to `beams` wide and `depth` deep at once, each node tagged "
+                                    "with the trees that hold it (the setup finder's calibration: it prices each of them from one run)")
 
 
 def build(setup: ReDrafter, env):
@@ -55,7 +59,7 @@ def build(setup: ReDrafter, env):
                          f"vocab {head.cfg.target_vocab} vs {target.vocab_size})", fix=f"train it again: {train} --name {m.name} --fresh")
     if embed.device.type == "cpu":
         head = for_inference(head, setup.dtype)
-    return LoopRunner(target, ReDrafterDrafter(head, embed, setup.beams, setup.depth, setup.cstop), costs=env.lane_costs(target))
+    return LoopRunner(target, ReDrafterDrafter(head, embed, setup.beams, setup.depth, setup.cstop, setup.widths == "all"), costs=env.lane_costs(target))
 
 
 KIND = register(SetupKind(ReDrafter, "ReDrafter head", "a trained recurrent head drafts beams from the target's hidden state; one tree verifies them", build))

@@ -51,7 +51,9 @@ class Proposal:
     keeps it out of the step times the policy learns c from); parents: for a token tree, each token's parent index
     (−1: the last token of the sequence; see app.speculative.tree), None for a chain; alts: a greedy draft model's
     ALTS best tokens at each drafted position, best (its draft) first — where the target rejects a draft, the rank of
-    the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank)."""
+    the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank);
+    searches: for a tree merged from several beam searches (the setup finder's ReDrafter calibration,
+    app.speculative.redrafter.beam_trees), each node's mask of the searches that hold it (TreeStep.searches)."""
 
     ids: list[int]
     q: torch.Tensor | None = None
@@ -61,6 +63,7 @@ class Proposal:
     parents: list[int] | None = None
     alts: list[tuple[int, ...]] | None = None
     read_s: float = 0.0
+    searches: list[int] | None = None
 
 
 class Drafter(Protocol):

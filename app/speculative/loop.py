@@ -212,6 +212,6 @@ class LoopRunner:
             draft_probs=[q[j] for j in line] if q else None,
             target_probs=t_probs,
             why=prop.why,
-            tree=TreeStep(tuple(tree.ids), tuple(tree.parents), tuple(path)),
+            tree=TreeStep(tuple(tree.ids), tuple(tree.parents), tuple(path), q=tuple(q), searches=tuple(prop.searches or ())),
         ))
         return ev, (path[-1] + 1 if path else 0)

@@ -34,11 +34,12 @@ from torch import nn
 
 from app.core.errors import SetupError
 from app.core.paths import cache_root
+from app.core.tuning import search_bit
 from app.speculative.drafters import DraftContext, Proposal
 from app.speculative.tree import DraftTree
 
 __all__ = ["HEAD_DTYPES", "for_inference", "HeadConfig", "ReDrafterHead", "HeadManifest", "heads_dir", "find_head", "list_heads", "load_head", "save_head",
-           "beam_tree", "ReDrafterDrafter"]
+           "beam_tree", "beam_trees", "ReDrafterDrafter"]
 
 
 def heads_dir() -> Path:
@@ -213,20 +214,11 @@ def for_inference(head: ReDrafterHead, dtype: str | None = None) -> ReDrafterHea
     return head
 
 
-@torch.inference_mode()
-def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
-              eos_ids: frozenset[int] = frozenset(), cstop: float = 0.0) -> DraftTree:
-    """Beam search with the head from (h, last token), `beams` wide and `depth` deep; the beams merged into a prefix
-    tree whose first children are the best beam's tokens.
-
-    Args:
-        embed: the target's input embedding matrix [V, H].
-        h: the target's hidden state [H] at the last accepted position.
-        last: the token the target emitted from h.
-        cstop: nodes whose path probability under the head (the product of its token probabilities from the root:
-            its own estimate that the target accepts the whole path) is below this are left out, with their subtrees
-            — every node costs the target's forward some compute, and an unlikely one rarely pays it back.
-    """
+def _search(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
+            eos_ids: frozenset[int]) -> list[list[tuple[float, list[int], list[float]]]]:
+    """Beam search with the head from (h, last token), `beams` wide, `depth` levels: after each level the beams it
+    would return if it stopped there — (score, tokens, the head's probability of each token), best first; beams that
+    drafted an EOS stay finished. Stops early when every beam has finished (fewer levels returned)."""
     vid = head.vocab_ids
     hh = h.reshape(1, -1).float()
     g = torch.zeros(1, hh.shape[-1])
@@ -235,6 +227,7 @@ def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: i
     seqs: list[list[int]] = [[]]  # active beams, best first
     probs: list[list[float]] = [[]]  # the head's probability of each beam token
     finished: list[tuple[float, list[int], list[float]]] = []  # beams that drafted an EOS
+    levels: list[list[tuple[float, list[int], list[float]]]] = []
     for _ in range(depth):
         g, logits = head.step(g, embed[toks].float(), hh.expand(g.shape[0], -1))
         logp = logits.float().log_softmax(-1)  # [b, vocab]
@@ -251,36 +244,84 @@ def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: i
                 finished.append((float(top.values[n]), beam, pr))
             else:
                 keep.append((n, b, beam, pr))
-        if not keep:
-            seqs, probs = [], []
-            break
-        sel = torch.tensor([n for n, *_ in keep])
+        sel = torch.tensor([n for n, *_ in keep], dtype=torch.long)
         seqs, probs = [x[2] for x in keep], [x[3] for x in keep]
         score = top.values[sel]
+        levels.append(sorted([(float(sc), s, p) for sc, s, p in zip(score.tolist(), seqs, probs, strict=True)] + finished,
+                             key=lambda x: -x[0]))
+        if not keep:
+            break
         g = g[[x[1] for x in keep]]
-        toks = torch.tensor([t for t in (s[-1] for s in seqs)])
-    ranked = sorted([(float(sc), s, p) for sc, s, p in zip(score.tolist() if seqs else [], seqs, probs, strict=False)] + finished,
-                    key=lambda x: -x[0])
-    # merge into a prefix tree; beams come best first, so first children follow the best beam
+        toks = torch.tensor([s[-1] for s in seqs])
+    return levels
+
+
+def _merge(ranked: list[tuple[list[int], list[float], int]], cstop: float) -> tuple[DraftTree, list[int]]:
+    """Beams (tokens, probabilities, mask) merged into a prefix tree, level by level in the order given (so first
+    children follow the first beam); each node's mask is the OR of the masks of the beams through it. Nodes whose
+    path probability (the product of the head's probabilities from the root) is below `cstop` are left out, with
+    their subtrees (probabilities ≤ 1: those are less likely still)."""
     ids: list[int] = []
     parents: list[int] = []
     q: list[float] = []
+    masks: list[int] = []
     node_of: dict[tuple[int, ...], int] = {}
-    for d in range(max((len(s) for _, s, _ in ranked), default=0)):
-        for _, s, pr in ranked:
+    for d in range(max((len(s) for s, _, _ in ranked), default=0)):
+        for s, pr, m in ranked:
             if len(s) <= d:
                 continue
             key = tuple(s[: d + 1])
             if key in node_of:
+                masks[node_of[key]] |= m
                 continue
-            path_p = math.prod(pr[: d + 1])
-            if path_p < cstop:  # its subtree is less likely still (probabilities ≤ 1), so it goes too
+            if math.prod(pr[: d + 1]) < cstop or (d and key[:-1] not in node_of):
                 continue
             node_of[key] = len(ids)
             ids.append(s[d])
             parents.append(node_of[key[:-1]] if d else -1)
             q.append(pr[d])
-    return DraftTree(ids, parents, None, q)
+            masks.append(m)
+    return DraftTree(ids, parents, None, q), masks
+
+
+@torch.inference_mode()
+def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
+              eos_ids: frozenset[int] = frozenset(), cstop: float = 0.0) -> DraftTree:
+    """Beam search with the head from (h, last token), `beams` wide and `depth` deep; the beams merged into a prefix
+    tree whose first children are the best beam's tokens.
+
+    Args:
+        embed: the target's input embedding matrix [V, H].
+        h: the target's hidden state [H] at the last accepted position.
+        last: the token the target emitted from h.
+        cstop: nodes whose path probability under the head (the product of its token probabilities from the root:
+            its own estimate that the target accepts the whole path) is below this are left out, with their subtrees
+            — every node costs the target's forward some compute, and an unlikely one rarely pays it back.
+    """
+    levels = _search(head, embed, h, last, depth, beams, eos_ids)
+    return _merge([(s, p, 0) for _, s, p in (levels[-1] if levels else [])], cstop)[0]
+
+
+@torch.inference_mode()
+def beam_trees(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
+               eos_ids: frozenset[int] = frozenset(), tag_depth: int | None = None) -> tuple[DraftTree, list[int], int]:
+    """Every beam tree up to `beams` wide and `depth` deep at once (the setup finder's calibration): the union of the
+    trees :func:`beam_tree` gives for each width w ≤ beams and depth d ≤ depth (one search per width; a search
+    stopped after d levels returns the beams alive then), and per node a mask with app.core.tuning.search_bit(w, d) set where
+    that tree holds it. Verifying the union tells, exactly for greedy decoding, how many tokens each of those trees
+    would have had accepted here (the accepted path's prefix it holds). `tag_depth` (default `depth`): the deepest
+    tree tagged — a search the token budget cut to `depth` levels is what every deeper tree would draft there too.
+    Returns (tree, masks, head levels run)."""
+    ranked: list[tuple[list[int], list[float], int]] = []
+    runs = 0
+    for w in range(1, beams + 1):
+        levels = _search(head, embed, h, last, depth, w, eos_ids)
+        runs += len(levels)
+        for d in range(1, max(depth, tag_depth or 0) + 1):
+            beams_d = levels[min(d, len(levels)) - 1] if levels else []
+            ranked += [(s, p, search_bit(w, d)) for _, s, p in beams_d]
+    tree, masks = _merge(ranked, 0.0)
+    return tree, masks, runs
 
 
 class ReDrafterDrafter:
@@ -288,30 +329,42 @@ class ReDrafterDrafter:
 
     Args:
         head: the trained head; embed: the target's input embedding [V, H]; beams, depth: the beam search.
+        all_widths: propose every tree up to `beams` wide and `depth` deep at once, each node tagged with the trees
+            that hold it (:func:`beam_trees`; the setup finder's calibration lane).
     """
 
     wants_hidden = True  # the loop passes the target's hidden state at the last accepted position (ctx.hidden)
 
-    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 2, depth: int = 2, cstop: float = 0.0) -> None:
+    def __init__(self, head: ReDrafterHead, embed: torch.Tensor, beams: int = 2, depth: int = 2, cstop: float = 0.0,
+                 all_widths: bool = False) -> None:
         self.head = head
         self.embed = embed
         self.beams, self.depth, self.cstop = beams, depth, cstop
+        self.all_widths = all_widths
         self.k = depth
 
     @property
     def shape_label(self) -> str:
+        if self.all_widths:
+            return f"ReDrafter every tree up to {self.beams} beams × {self.depth} (calibration)"
         return f"ReDrafter {self.beams} beams × {self.depth}" + (f", path p ≥ {self.cstop:g}" if self.cstop else "")
 
     def start(self, prompt_ids: list[int]) -> None:
         pass
 
     def propose(self, ctx: DraftContext) -> Proposal:
+        """The beam tree (its nodes' head probabilities as q_drafted; `forwards`: the head's levels run)."""
         depth = min(self.depth, ctx.max_k)
         h: Any = ctx.hidden
         if depth <= 0 or h is None:  # step 0 (no hidden state before the prompt's forward) or no budget
             return Proposal([])
-        tree = beam_tree(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids, self.cstop)
-        return Proposal(tree.ids, None, None, 0, parents=tree.parents)
+        if self.all_widths:
+            tree, masks, runs = beam_trees(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids, tag_depth=self.depth)
+            return Proposal(tree.ids, None, tree.q_drafted, runs, parents=tree.parents, searches=masks)
+        with torch.inference_mode():
+            levels = _search(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids)
+        tree = _merge([(s, p, 0) for _, s, p in (levels[-1] if levels else [])], self.cstop)[0]
+        return Proposal(tree.ids, None, tree.q_drafted, len(levels), parents=tree.parents)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         pass

@@ -99,8 +99,8 @@ class TuneDialog(QDialog):
         self.kind_checks: dict[str, QCheckBox] = {}
         for k, on, tip in (("draft", True, "draft models: k × stop × cstop"), ("ngram", True, "prompt lookup: k"),
                            ("tree", True, "static token trees (e.g. 3x1x1) of each draft, priced from its chain calibration"),
-                           ("redrafter", False, "ReDrafter heads trained for the target (train-drafter): measured in the confirmation run beside "
-                            "the priced setups, not priced")):
+                           ("redrafter", False, "ReDrafter heads trained for the target (train-drafter): beams × depth × cstop, "
+                            "priced from each head's own calibration lane")):
             cb = QCheckBox(k)
             cb.setChecked(on)
             cb.setToolTip(tip)

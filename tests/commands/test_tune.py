@@ -19,7 +19,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["priced"] == len(cands) > 5  # distinct behaviours only (identical ones deduplicated)
     preds = [c["predicted_speedup"] for c in cands]
     assert preds == sorted(preds, reverse=True) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
-    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram", "tree"}
+    assert {parse_setup(c["setup"]).prefix for c in cands} == {"draft", "ngram", "tree", "redrafter"}
     trees = [c for c in cands if c["kind"] == "tree"]
     assert all(c["shape"] and parse_setup(c["setup"]).shape == "x".join(map(str, c["shape"])) for c in trees)
     assert not any("calibration stopped" in t for t in doc["not_tried"])  # --calibrate-all: no drafter dropped
@@ -37,14 +37,20 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     auto = [c for c in cands if ",k=auto" in c["setup"]]
     assert len(auto) == 1 and auto[0]["auto"] and auto[0]["predicted_speedup"] > 0 and auto[0]["measured"]["speedup"] > 0
     assert not any(",k=auto" in e["setup"] for e in doc["other_measured"])
-    # a ReDrafter head trained for the target (kind redrafter): measured beside them, not priced, and said so
-    (head,) = [e for e in doc["other_measured"] if e["setup"].startswith("redrafter:")]
-    assert head["setup"] == "redrafter:tiny-head,beams=2,depth=2" and head["why"].startswith("ReDrafter head, measured only")
-    assert head["measured"]["runs"] == 3 and head["measured"]["identical_runs"] == 3 and head["measured"]["speedup"] > 0
-    # the misfit head's lane failed, alone, and the report says why
+    # a ReDrafter head trained for the target (kind redrafter): its trees priced from its own calibration lane (every
+    # beam tree up to 4 × 4 at once), the best confirmed by a real run
+    heads = [c for c in cands if c["kind"] == "redrafter"]
+    assert heads and all(parse_setup(c["setup"]).engine == "tiny-head" for c in heads)
+    assert {(parse_setup(c["setup"]).beams, parse_setup(c["setup"]).depth) for c in heads} > {(1, 1)}  # deduplicated, not one
+    best = heads[0]
+    assert best["measured"] and best["measured"]["runs"] == 3 and best["measured"]["identical_runs"] == 3
+    assert best["predicted_confirmed_speedup"] > 0 and "head levels × c" in best["why"]
+    assert not any(e["setup"].startswith("redrafter:") for e in doc["other_measured"])
+    assert "redrafter:tiny-head,beams=4,depth=4,widths=all" not in {c["setup"] for c in cands}  # the calibration lane is not a candidate
+    # the misfit head's calibration lane failed, alone, and the report says why
     assert [t for t in doc["not_tried"] if t.startswith("redrafter")] == [
         "redrafter:tiny-misfit did not run: ReDrafter head tiny-misfit does not fit tiny-target (hidden 32 vs 64, vocab 49152 vs 49152)"]
-    assert "redrafter:tiny-head,beams=2,depth=2" in out and "ReDrafter head, measured only" in out
+    assert best["setup"] in out and "head levels × c" in out
     # each confirmed setup's walls per prompt; 3 prompts are too few to say which setups they cannot tell apart
     assert all(set(c["measured"]["walls"]) == set(doc["prompts"]["confirmed"]) for c in measured)
     assert doc["winner"]["tied"] == {} and "not told apart" not in out and "as fast as far as" not in out
@@ -74,8 +80,8 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
 
 
-def test_the_heads_a_finder_measures(tmp_path, monkeypatch):
-    """Kind `redrafter`: the heads trained for the target, best held-out first-token acceptance first, at most
+def test_the_heads_a_finder_tries(tmp_path, monkeypatch):
+    """Kind `redrafter`: the heads trained for the target it calibrates and prices, best held-out first-token acceptance first, at most
     MAX_HEADS of them (the rest named); where none can run or none was trained, one line says why and how to train
     one; without the kind, nothing."""
     import json
@@ -96,7 +102,7 @@ def test_the_heads_a_finder_measures(tmp_path, monkeypatch):
                                                                    config={}, training=training)))
     setups, notes = heads_for(target, kinds)
     assert MAX_HEADS == 2 and setups == ["redrafter:b", "redrafter:e"]  # c is another target's
-    assert len(notes) == 1 and "2 more head(s) for qwen-t not measured (a, d;" in notes[0]
+    assert len(notes) == 1 and "2 more head(s) for qwen-t not tried (a, d;" in notes[0]
     assert heads_for(target, ("draft",)) == ([], [])
     s, n = heads_for(SimpleNamespace(name="llamacpp-t", backend="llamacpp"), kinds)
     assert s == [] and "only hf (PyTorch) targets" in n[0]

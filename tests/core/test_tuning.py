@@ -13,6 +13,7 @@ from app.core.tuning import (
     LaneCal,
     PromptCal,
     StepPrice,
+    beam_grid,
     break_even_alpha,
     chain_speedup,
     fitted_curve,
@@ -20,9 +21,11 @@ from app.core.tuning import (
     positions,
     price_candidate,
     rank,
+    replay_beams,
     replay_positions,
     replay_step,
     replay_tree,
+    search_bit,
     tree_grid,
     tree_nodes,
     verify_for_gain,
@@ -254,3 +257,47 @@ def test_why_names_a_trees_own_costs():
     p = price_candidate(tree_grid("draft:d", [(3, 2, 1)])[0], [rec], STEEP)
     text = why(p, STEEP, best=5.0)
     assert "verify of 15 tree nodes V(16)" in text and "3 draft forwards over 1/3/6 tokens at c 0.20" in text
+
+
+def _beam_step(accepted_path: tuple[int, ...]) -> CalStep:
+    """A ReDrafter calibration step, literal: the union of the trees 1 and 2 beams wide, 1 and 2 deep.
+
+        node 0 (q 0.6)  ── node 2 (q 0.5)        the best beam: in every tree (node 2 from depth 2 on)
+        node 1 (q 0.3)  ── node 3 (q 0.9)        the second beam: 2 wide only
+
+    """
+    b11, b12, b21, b22 = search_bit(1, 1), search_bit(1, 2), search_bit(2, 1), search_bit(2, 2)
+    return CalStep(4, len(accepted_path), (0.6, 0.3, 0.5, 0.9), False, 0.0, None, (-1, -1, 0, 1),
+                   (b11 | b12 | b21 | b22, b21 | b22, b12 | b22, b22), accepted_path)
+
+
+def test_a_head_tree_keeps_the_prefix_of_the_accepted_path_it_holds():
+    """replay_beams: a tree (beams, depth, cstop) verifies the nodes tagged for it that its path-probability cut keeps,
+    and keeps the calibration's accepted path as far as it holds it."""
+    on_best, on_second = _beam_step((0, 2)), _beam_step((1, 3))
+    assert replay_beams(on_best, 1, 1) == (1, 1) and replay_beams(on_best, 1, 2) == (2, 2) and replay_beams(on_best, 2, 2) == (4, 2)
+    assert replay_beams(on_second, 1, 2) == (2, 0) and replay_beams(on_second, 2, 1) == (2, 1) and replay_beams(on_second, 2, 2) == (4, 2)
+    # the cut: node 1's path 0.3 and node 3's 0.27 go at 0.28, node 2's 0.30 stays; at 0.31 only node 0
+    assert replay_beams(on_second, 2, 2, cstop=0.28) == (3, 1) and replay_beams(on_best, 2, 2, cstop=0.31) == (1, 1)
+    assert replay_beams(CalStep(3, 1), 2, 2) == (2, 1)  # recorded without masks (a chain): its first drafts
+
+
+def test_a_head_is_priced_by_its_trees_and_its_levels():
+    """Each step verifies the tree's nodes (V(n + 1)) and runs `depth` head levels at c, also where its cut left
+    nothing to verify (the head ran before the cut); the grid's setups parse back."""
+    steps = [_beam_step((1, 3)) if i % 2 else _beam_step((0, 2)) for i in range(10)]
+    rec = PromptCal("p", "code", 31, 1.0 + 30 * 0.1, 1.0, 0.1, 0.0, {"redrafter:h": LaneCal(tuple(steps), None, 1.0, 0.01, 0.0)})
+    cands = {c.setup: c for c in beam_grid("redrafter:h")}
+    wide = price_candidate(cands["redrafter:h,beams=2,depth=2"], [rec], FLAT)
+    one = price_candidate(cands["redrafter:h,beams=1,depth=2"], [rec], FLAT)
+    assert wide.tau == pytest.approx(3.0) and one.tau == pytest.approx(2.0) and wide.mean_k == 4 and one.mean_k == 2
+    assert wide.units == pytest.approx(FLAT[4] + 2 * 0.1) and one.units == pytest.approx(FLAT[2] + 2 * 0.1)
+    cut = price_candidate(Candidate("redrafter:h", "redrafter:h,beams=1,depth=2,cstop=0.35", 2, cstop=0.35, beams=1), [rec], FLAT)
+    assert cut.mean_k == 1 and cut.tau == pytest.approx(1.5) and cut.units == pytest.approx(FLAT[1] + 2 * 0.1)  # node 2: 0.6·0.5 < 0.35
+    none = price_candidate(Candidate("redrafter:h", "redrafter:h,beams=1,depth=3,cstop=0.9", 3, cstop=0.9, beams=1), [rec], FLAT)
+    assert none.mean_k == 0 and none.units == pytest.approx(1.0 + 3 * 0.1) and none.speedup() < 1.0
+    assert len(cands) == 4 * 4 * 6 and all(c.kind == "redrafter" and c.beams for c in cands.values())
+    for c in beam_grid("redrafter:h,dtype=int8"):
+        st = parse_setup(c.setup)
+        assert (st.beams, st.depth, st.cstop, st.dtype) == (c.beams, c.k, c.cstop, "int8") and st.label == c.setup
+    assert "2 head levels × c 0.10" in why(wide, FLAT, best=2.0) and "verify of 4.0 beam-tree nodes V(5)" in why(wide, FLAT, best=2.0)

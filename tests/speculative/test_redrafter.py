@@ -15,6 +15,7 @@ import torch
 from app.core.errors import SetupError
 from app.core.events import StepEvent
 from app.core.setups import Sampling, parse_setup
+from app.core.tuning import search_bit
 from app.engines.hf import HFEngine
 from app.engines.registry import resolve
 from app.speculative.redrafter import (
@@ -23,6 +24,7 @@ from app.speculative.redrafter import (
     ReDrafterDrafter,
     ReDrafterHead,
     beam_tree,
+    beam_trees,
     find_head,
     load_head,
     save_head,
@@ -125,6 +127,29 @@ def test_cstop_keeps_the_nodes_the_head_thinks_likely():
     assert beam_tree(head, embed, h, last=3, depth=4, beams=4, cstop=max(probs) + 1e-6).ids == []
 
 
+def test_every_narrower_tree_is_tagged_exactly():
+    """beam_trees (the finder's calibration): the nodes tagged with (w, d) are exactly beam_tree's w beams × d levels
+    (token paths and head probabilities), for every w, d up to the calibration's, EOS-ended beams included."""
+    head = _random_head(8, torch.tensor([3, 5, 7, 9, 11, 13, 15]), 16, seed=5)
+    with torch.no_grad():
+        head.out.weight.mul_(0.4)  # flatter: beams that part and rejoin the ranking
+    embed = torch.randn(16, 8)
+    for seed, eos in ((0, frozenset()), (1, frozenset({7}))):
+        torch.manual_seed(seed)
+        h = torch.randn(8)
+        union, masks, runs = beam_trees(head, embed, h, last=3, depth=4, beams=4, eos_ids=eos)
+        assert runs <= 4 * 4 and len(masks) == len(union)
+        every = _paths(union)
+        keys = list(every)
+        for w in range(1, 5):
+            for d in range(1, 5):
+                want = _paths(beam_tree(head, embed, h, last=3, depth=d, beams=w, eos_ids=eos))
+                got = {keys[i] for i, m in enumerate(masks) if m & search_bit(w, d)}
+                assert got == set(want), (w, d)
+                assert all(math.isclose(every[k], want[k], rel_tol=1e-5) for k in got)  # batches of other widths round apart
+        assert all(m for m in masks)
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_pair):
     return HFEngine(resolve(str(tiny_pair[0])))
@@ -148,6 +173,63 @@ def test_target_hidden_state_is_the_one_that_produced_the_token(tiny):
     lm = tiny.model.get_output_embeddings()
     for h, last in seen:
         assert int(lm(h[None]).argmax()) == last
+
+
+def _bigram_head(target, answers: list[tuple[int, ...]]) -> ReDrafterHead:
+    """A head that drafts the token that followed the last one in `answers` (the target's own greedy answers): its
+    state is silu(8·e(x)) of the token x fed (no recurrence, no MLP), and the output row of the token that followed x
+    points along that state. For every third such x a decoy (the next id) is pointed at a little more strongly, so
+    there the best beam misses and a second beam catches the target's token."""
+    n, hid = target.vocab_size, target.input_embeddings.shape[1]
+    emb = target.input_embeddings.detach().float()
+    head = ReDrafterHead(HeadConfig(hidden=hid, vocab=n, target_vocab=n))
+    head.vocab_ids.copy_(torch.arange(n))
+    nxt: dict[int, int] = {}
+    for ans in answers:
+        for x, y in zip(ans, ans[1:], strict=False):
+            nxt.setdefault(x, y)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+        head.w.weight.copy_(8.0 * torch.eye(hid))
+        head.norm.weight.fill_(1.0)
+        for i, (x, y) in enumerate(sorted(nxt.items())):
+            v = torch.nn.functional.silu(8.0 * emb[x])
+            v = v / v.pow(2).mean().sqrt()
+            head.out.weight[y] += 0.5 * v
+            if i % 3 == 0:
+                head.out.weight[(y + 1) % n] += 0.55 * v
+    return head.eval()
+
+
+def test_the_calibration_tells_each_tree_what_it_would_keep(tiny):
+    """The finder's ReDrafter calibration lane (`widths=all`: every tree up to 4 beams × 4 levels verified at once):
+    on the first decode step, which every lane starts at the same position, replaying its record for a tree
+    (app.core.tuning.replay_beams) gives exactly the nodes that tree's own lane verifies and the drafts it keeps."""
+    from app.core.tuning import CalStep, replay_beams
+
+    embed = tiny.input_embeddings.detach()
+    s = Sampling(max_new_tokens=8)
+    prompts = [tiny.encode_prompt(t, chat=False) for t in ("a a a a a a a a a a", "x = x + x + x + x +", "def f(n):\n    return n *")]
+    head = _bigram_head(tiny, [list(run_lane(tiny, None, ids, s))[-1].stats.output_ids for ids in prompts])
+    kept, seen = 0, set()
+    for ids in prompts:
+        cal = [e for e in run_lane(tiny, ReDrafterDrafter(head, embed, beams=4, depth=4, all_widths=True), ids, s)
+               if isinstance(e, StepEvent)][1]
+        t = cal.tree
+        assert t is not None and len(t.searches) == len(t.ids) == len(t.q) and cal.accepted_count == len(t.path)
+        rec = CalStep(len(t.ids), cal.accepted_count, t.q, False, 0.0, None, t.parents, t.searches, t.path)
+        for w in (1, 2, 4):
+            for d in (1, 2, 4):
+                for cs in (0.0, 0.05):
+                    real = [e for e in run_lane(tiny, ReDrafterDrafter(head, embed, beams=w, depth=d, cstop=cs), ids, s)
+                            if isinstance(e, StepEvent)][1]
+                    assert replay_beams(rec, w, d, cs) == (real.k, real.accepted_count), (ids, w, d, cs)
+                    seen.add((w, d, cs, real.accepted_count, len(ids)))
+        kept += cal.accepted_count
+    assert kept > 0  # the check saw kept drafts, not only rejections
+    wider = {(d, cs, n): a for w, d, cs, a, n in seen if w == 4}
+    assert any(wider[(d, cs, n)] > a for w, d, cs, a, n in seen if w == 1)  # and a wider tree keeping what the best beam missed
 
 
 def test_redrafter_lanes_are_lossless(tiny):

@@ -23,8 +23,9 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     d._finished(0)
     rows = [d.table.item(r, 1).text() for r in range(d.table.rowCount())]
     assert doc["winner"]["setup"] in rows and any(",k=auto" in s for s in rows)
-    r = rows.index("redrafter:tiny-head,beams=2,depth=2")  # measured, not priced: no rank, its why in the last column
-    assert d.table.item(r, 0).text() == "" and d.table.item(r, 7).text().startswith("ReDrafter head, measured only")
+    head = next(c for c in doc["candidates"] if c["kind"] == "redrafter")  # the head's best tree: priced and confirmed
+    r = rows.index(head["setup"])
+    assert d.table.item(r, 0).text() == str(head["rank"]) and "head levels × c" in d.table.item(r, 7).text()
     assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
     not_tried = next(x for x in d.summary.toPlainText().splitlines() if x.startswith("not tried: "))
     assert "break-even:" in d.summary.toPlainText() and "redrafter:tiny-misfit did not run" in not_tried
