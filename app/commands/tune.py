@@ -12,8 +12,7 @@
    replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
    drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows),
-   with each ReDrafter head's best priced tree (kind `redrafter`) and what is measured but not priced: a dynamic
-   token tree where the best static tree priced close to the best setup (:func:`dynamic_tree_for`).
+   with each ReDrafter head's best priced tree (kind `redrafter`) and each draft's best dynamic tree (kind `tree`).
 
 Output: a ranked table — predicted and measured tokens/s and speedup, α, τ, one sentence on why each wins or
 loses — the winner per category, the break-even line (what α a drafter of a given cost needs to beat the baseline
@@ -36,7 +35,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "dynamic_tree_for", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, all priced: chains of drafts, lookups, static token trees (from the draft's chain
 #: calibration), ReDrafter heads trained for the target (from their own calibration lanes)
@@ -44,11 +43,6 @@ KINDS = ("draft", "ngram", "tree", "redrafter")
 PRICED_KINDS = KINDS
 #: the most ReDrafter heads calibrated (those with the best held-out acceptance)
 MAX_HEADS = 2
-#: a dynamic token tree (EAGLE-2 style; its branches depend on draft confidences a chain calibration never sees) is
-#: measured in the confirmation when the best static tree priced at least this share of the best priced setup
-DYNAMIC_TREE_WITHIN = 0.9
-#: the dynamic tree measured (app.speculative.tree_drafter's defaults)
-DYNAMIC_TREE = "nodes=16,depth=6,branch=4"
 #: share of the budget the calibration may take (the rest confirms)
 CALIBRATION_SHARE = 0.5
 #: a drafter whose best priced setup is below DROP_BELOW of another's after DROP_AFTER prompts is calibrated no more
@@ -162,15 +156,28 @@ def is_head(drafter: str) -> bool:
     return drafter.startswith("redrafter:")
 
 
+def is_dynamic(drafter: str) -> bool:
+    """A draft's dynamic trees (`tree:<engine>[,dtype=…]`), calibrated and priced together."""
+    return drafter.startswith("tree:")
+
+
+def dynamic_drafter(drafter: str) -> str:
+    """`draft:<engine>[,dtype=…]` → `tree:<engine>[,dtype=…]`: the draft's dynamic trees, as a calibration drafter."""
+    return "tree:" + drafter.removeprefix("draft:")
+
+
 def calibration_setup(drafter: str, model: bool) -> str:
     """The setup string of a drafter's calibration lane: long proposals and a low cumulative stop; for a ReDrafter
-    head every beam tree up to CAL_BEAMS × CAL_DEPTH at once (`widths=all`)."""
-    from app.core.tuning import CAL_BEAMS, CAL_CSTOP, CAL_DEPTH, CAL_K
+    head every beam tree up to CAL_BEAMS × CAL_DEPTH at once, for a draft's dynamic trees every one up to DYN_NODES,
+    DYN_DEPTH and DYN_BRANCH (`widths=all`)."""
+    from app.core.tuning import CAL_BEAMS, CAL_CSTOP, CAL_DEPTH, CAL_K, DYN_BRANCH, DYN_DEPTH, DYN_NODES
 
     head, _, rest = drafter.partition(",")
     tail = f",{rest}" if rest else ""
     if is_head(drafter):
         return f"{head},beams={CAL_BEAMS},depth={CAL_DEPTH},widths=all{tail}"
+    if is_dynamic(drafter):
+        return f"{head},nodes={max(DYN_NODES)},depth={DYN_DEPTH},branch={DYN_BRANCH},widths=all{tail}"
     return f"{head},k={CAL_K},cstop={CAL_CSTOP}{tail}" if model else f"{head},k={CAL_K}{tail}"
 
 
@@ -228,9 +235,9 @@ class Finder:
         if not self.drafters:
             raise SetupError(f"nothing to price: {'; '.join(self.head_notes) or 'no drafter'}",
                              fix="train a head (python -m app train-drafter), or add kinds: --kinds draft,ngram,tree,redrafter")
-        # why no dynamic tree was measured (dynamic_tree_for, when the confirmation is chosen), and the setups measured only
-        self.dynamic_note = "dynamic trees (tree: without a shape): not measured (no confirmation run)"
-        self.measured_only: list[str] = []
+        # dynamic trees (kind `tree`): calibrated on their own lane per tree-capable draft (every dynamic tree at once)
+        if "tree" in self.kinds:
+            self.drafters += [(dynamic_drafter(d), False) for d, m in list(self.drafters) if m and self.tree_capable(d)]
         self.sampling = Sampling(args.temperature, 1.0, 0, args.seed, args.max_new_tokens).validated()
         self.chat = not args.no_chat
         self.w = WorkerRun(quiet)
@@ -343,7 +350,7 @@ class Finder:
 
     def records(self) -> list:
         """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
-        from app.core.tuning import CAL_CSTOP, CAL_K, CalStep, LaneCal, PromptCal
+        from app.core.tuning import CAL_CSTOP, CAL_K, DYN_BRANCH, DYN_DEPTH, CalStep, LaneCal, PromptCal
 
         assert self.calibration is not None
         ph = self.calibration
@@ -365,9 +372,11 @@ class Finder:
                     continue
                 steps, step0 = [], None
                 for ev in ph.steps.get(lid, []):
-                    if is_head(d):  # every beam tree at once: the nodes' masks, head probabilities and the accepted path
+                    if is_head(d) or is_dynamic(d):  # every tree at once: the nodes' masks, probabilities and the accepted path
                         t = ev.tree
-                        cs = (CalStep(len(t.ids), ev.accepted_count, t.q, False, ev.t_verify_s, None, t.parents, t.searches, t.path)
+                        # step 0's draft forwards (a dynamic calibration's: the root's, then each width's levels below it)
+                        fw0 = 1 + (DYN_BRANCH - 1) * (min(DYN_DEPTH, pc.new_tokens - 1) - 1) if ev.step == 0 and is_dynamic(d) else 0
+                        cs = (CalStep(len(t.ids), ev.accepted_count, t.q, False, ev.t_verify_s, None, t.parents, t.searches, t.path, fw0)
                               if t is not None else CalStep(ev.k, ev.accepted_count, (), False, ev.t_verify_s))
                         n = cs.offered
                     else:
@@ -379,7 +388,7 @@ class Finder:
                         step0 = cs if n else None
                     else:
                         steps.append(cs)
-                drafts = model or is_head(d)  # drafting timed apart (a lookup's is part of its overhead)
+                drafts = model or is_head(d) or is_dynamic(d)  # drafting timed apart (a lookup's is part of its overhead)
                 per_fw = st.t_draft_s / st.draft_forwards if drafts and st.draft_forwards else 0.0
                 drafting = st.t_draft_s if drafts else 0.0
                 over_l = max(0.0, st.wall_s - st.prefill_s - st.t_verify_s - drafting) / st.decode_steps
@@ -398,7 +407,7 @@ class Finder:
     def price(self, records: list, dropped: bool = True) -> list:
         """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
         `dropped` is False."""
-        from app.core.tuning import beam_grid, grid, price_candidate, rank, tree_grid
+        from app.core.tuning import beam_grid, dynamic_grid, grid, price_candidate, rank, tree_grid
 
         verify, _ = self.priced_curve(records)
         out = set(self.calibration.dropped) if dropped and self.calibration is not None else set()
@@ -409,6 +418,8 @@ class Finder:
                 continue
             if is_head(d):
                 cands = beam_grid(d)
+            elif is_dynamic(d):
+                cands = dynamic_grid(d)
             else:
                 cands = grid(d, model) if "draft" in self.kinds or not model else []
                 cands += tree_grid(d) if model and "tree" in self.kinds and self.tree_capable(d) else []
@@ -464,12 +475,10 @@ class Finder:
         if models:
             chosen.append(auto_setup(models[0]))
         chosen = list(dict.fromkeys(chosen))[:8]
-        # each head's best tree: the user asked about heads, and their pricing is checked where it is shown
-        chosen += [best.candidate.setup for h in self.heads if (best := next((p for p in ranked if p.candidate.drafter == h), None))]
-        if "tree" in self.kinds:  # a dynamic tree, measured where static trees price close to the best
-            tree, self.dynamic_note = dynamic_tree_for(ranked)
-            self.measured_only = [tree] if tree else []
-        return list(dict.fromkeys(chosen)) + self.measured_only  # a dynamic tree: measured, not priced
+        # each head's and each dynamic-tree calibration's best tree: their pricing is checked where it is shown
+        own = [d for d, _ in self.drafters if is_head(d) or is_dynamic(d)]
+        chosen += [best.candidate.setup for d in own if (best := next((p for p in ranked if p.candidate.drafter == d), None))]
+        return list(dict.fromkeys(chosen))
 
     def run_confirm(self, setups: list[str]) -> None:
         from app.worker.plan import RunResults
@@ -482,23 +491,6 @@ class Finder:
 
 
 # --- the report --------------------------------------------------------------------------------------------
-def dynamic_tree_for(ranked: list) -> tuple[str | None, str]:
-    """With static trees priced (kind `tree`): the dynamic tree the confirmation measures, on the drafter of the best
-    static tree, where that tree priced within DYNAMIC_TREE_WITHIN of the best setup — else None — and one line saying
-    what was done (for `not_tried` when nothing was measured)."""
-    trees = [p for p in ranked if p.candidate.shape]
-    if not trees:
-        return None, "dynamic trees (tree: without a shape): not measured, no static tree was priced to judge them by"
-    best_tree, best = trees[0], ranked[0].speedup()
-    share = best_tree.speedup() / best if best > 0 else 0.0
-    if share < DYNAMIC_TREE_WITHIN:
-        return None, (f"dynamic trees (tree: without a shape): not measured, the best static tree priced at {share:.2f} of the best "
-                      f"setup here (measured when ≥ {DYNAMIC_TREE_WITHIN}; a dynamic tree's branches depend on draft confidences "
-                      "a chain calibration never sees, so it is not priced)")
-    engine, _, rest = best_tree.candidate.drafter.removeprefix("draft:").partition(",")
-    return f"tree:{engine},{DYNAMIC_TREE}" + (f",{rest}" if rest else ""), ""
-
-
 def _measured(confirm: Phase | None) -> dict[str, dict]:
     """setup → measured speedup, tokens/s, α, τ overall and speedup by category (the bench report's figures)."""
     if confirm is None or not confirm.results.completed():
@@ -531,10 +523,7 @@ def tied_with_winner(measured: dict[str, dict], winner: str) -> dict[str, dict]:
 
 
 def measured_only_why(setup: str) -> str:
-    """The `why` of a setup the confirmation measured but the finder did not price."""
-    if setup.startswith("tree:") and "shape=" not in setup:
-        return ("dynamic tree, measured only: its branches follow the draft's confidences in tokens off the target's path, which "
-                "a chain calibration does not record (measured because the best static tree priced close to the best setup)")
+    """The `why` of a setup the confirmation measured but the finder did not price (k=auto without a cost profile)."""
     return "measured only (not priced)"
 
 
@@ -548,7 +537,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     """The finder's report (JSON-ready): candidates ranked, the winner per category, break-even, what was not tried."""
     from app.core.costs import machine_summary
     from app.core.setups import parse_setup
-    from app.core.tuning import StepPrice, break_even_alpha, verify_for_gain, why, winners
+    from app.core.tuning import DYN_BRANCH, DYN_DEPTH, DYN_NODES, StepPrice, break_even_alpha, verify_for_gain, why, winners
     from app.speculative.drafters import ALTS
 
     verify, scale = f.priced_curve(records)
@@ -574,7 +563,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
             predicted_confirmed_tokens_per_s=_tokens_per_s(p, tokens, on_confirmed) if m and on_confirmed else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
             measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
-    # anything measured but not priced (a dynamic tree; k=auto where its drafter had no profile or records)
+    # anything measured but not priced (k=auto where its drafter had no profile or records)
     extra = [dict(setup=s, measured=m, why=measured_only_why(s)) for s, m in confirmed.items()
              if s != "baseline" and s not in {c["setup"] for c in cands}]
     # the winner: measured where confirmed (the real run decides), else predicted
@@ -623,17 +612,9 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
             errs = [e for k, e in cal.results.errors.items() if k is not None and cal.plan.setup_index(k) == i]
             if d not in have and errs:
                 not_tried.append(f"{d} did not run: {errs[0].message.splitlines()[0]}")
-    if conf is not None:  # a head that could not run (trained on other weights, a broken file): why, from its lane
-        for h in f.measured_only:
-            if label(h) not in confirmed:
-                why_not = next((e.message.splitlines()[0] for k, e in conf.results.errors.items()
-                                if k is not None and (i := conf.plan.setup_index(k)) is not None and conf.plan.setups[i] == h), "no result")
-                not_tried.append(f"{h} did not run: {why_not}")
     if "tree" in f.kinds:
-        if f.dynamic_note:
-            not_tried.append(f.dynamic_note)
-        not_tried.append(f"static trees wider than {ALTS} at a level (the calibration records the draft's {ALTS} best tokens): "
-                         "try them by hand")
+        not_tried.append(f"static trees wider than {ALTS} at a level (the calibration records the draft's {ALTS} best tokens), "
+                         f"dynamic trees of more than {max(DYN_NODES)} nodes, depth {DYN_DEPTH} or branch {DYN_BRANCH}: try them by hand")
     not_tried += list(cal.dropped.values()) if cal is not None else []
     if cal is not None and len(cal.prompts_done) < len(f.prompts):
         not_tried.append(f"{len(f.prompts) - len(cal.prompts_done)} of {len(f.prompts)} prompts not calibrated (time budget)")

@@ -23,7 +23,9 @@ answer position by position — its steps starting where *its* drafts end, not w
 proposal (:func:`replay_step`). A ReDrafter head drafts from the target's hidden state, which the records do not
 hold, so its calibration lane verifies the union of every beam tree up to CAL_BEAMS × CAL_DEPTH and tags each node
 with the trees that hold it: each tree's nodes and kept drafts on that step follow exactly (:func:`replay_beams`),
-and the head's steps are priced where the calibration's started. A prompt's predicted wall is its prefill plus its remaining tokens at the replayed
+and the head's steps are priced where the calibration's started. Dynamic token trees (EAGLE-2: which branches grow
+depends on the draft's confidence in tokens off the answer's path, which a chain calibration never sees) are priced
+the same way from a calibration lane verifying every one up to DYN_NODES × DYN_DEPTH × DYN_BRANCH (:func:`tree_bit`). A prompt's predicted wall is its prefill plus its remaining tokens at the replayed
 tokens per step and units per step (:func:`price_candidate`). Speedups pool like the bench's: Σ baseline wall /
 Σ predicted wall.
 
@@ -63,6 +65,12 @@ __all__ = [
     "search_bit",
     "SEARCH_DEPTHS",
     "beam_grid",
+    "dynamic_grid",
+    "replay_masked",
+    "tree_bit",
+    "DYN_NODES",
+    "DYN_BRANCH",
+    "DYN_DEPTH",
     "CAL_BEAMS",
     "CAL_DEPTH",
     "positions",
@@ -159,6 +167,8 @@ class CalStep:
     parents: tuple[int, ...] = ()
     searches: tuple[int, ...] = ()
     path: tuple[int, ...] = ()
+    #: draft forwards this step (0: not recorded)
+    forwards: int = 0
 
 
 @dataclass(frozen=True)
@@ -226,10 +236,20 @@ class Candidate:
     #: a ReDrafter head's beam search this wide (k: its depth, cstop: its path-probability cut), priced from the
     #: head's calibration (:func:`replay_beams`); 0 otherwise
     beams: int = 0
+    #: a dynamic token tree's (nodes, branch) (k: its depth), priced from its own calibration (every dynamic tree at
+    #: once, :func:`replay_masked`); () otherwise
+    dynamic: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
-        return "tree" if self.shape else self.drafter.split(":", 1)[0]
+        return "tree" if self.shape or self.dynamic else self.drafter.split(":", 1)[0]
+
+    @property
+    def bit(self) -> int:
+        """The mask bit of this tree in its calibration's steps (ReDrafter beams, dynamic trees; 0: neither)."""
+        if self.beams:
+            return search_bit(self.beams, self.k)
+        return tree_bit(self.dynamic[1], self.k, self.dynamic[0]) if self.dynamic else 0
 
 
 #: ReDrafter calibration: a node's mask has :func:`search_bit`(w, d) set where the beam search w wide, stopped after
@@ -242,15 +262,32 @@ def search_bit(beams: int, depth: int) -> int:
     return 1 << ((beams - 1) * SEARCH_DEPTHS + depth - 1)
 
 
+#: the node budgets priced for dynamic trees (`tree:…,nodes=N,depth=D,branch=B`), branches 2 … DYN_BRANCH, depths
+#: 1 … DYN_DEPTH; the calibration lane verifies every such tree at once (app.speculative.tree_drafter)
+DYN_NODES = (4, 8, 12, 16, 24, 32)
+DYN_BRANCH = 4
+DYN_DEPTH = 6
+
+
+def tree_bit(branch: int, depth: int, nodes: int) -> int:
+    """The mask bit of the dynamic tree (`nodes` in DYN_NODES, `depth` ≤ SEARCH_DEPTHS) in a calibration step."""
+    return 1 << (((branch - 1) * SEARCH_DEPTHS + depth - 1) * len(DYN_NODES) + DYN_NODES.index(nodes))
+
+
 def replay_beams(s: CalStep, beams: int, depth: int, cstop: float = 0.0) -> tuple[int, int]:
     """What a ReDrafter head's tree `beams` wide and `depth` deep, without the nodes whose path probability is below
     `cstop`, verifies and keeps on a recorded calibration step: (nodes, accepted). The calibration verified the union
     of every such tree (app.speculative.redrafter.beam_trees) and tagged each node with the trees that hold it; with
     greedy decoding a tree keeps the longest prefix of the union's accepted path that it holds. A step recorded
     without masks (a chain: the union had one beam) counts for every tree as its first `depth` drafts."""
+    return replay_masked(s, search_bit(beams, depth), depth, cstop)
+
+
+def replay_masked(s: CalStep, bit: int, depth: int, cstop: float = 0.0) -> tuple[int, int]:
+    """:func:`replay_beams` for any tree a calibration step tagged with `bit` (ReDrafter beams, dynamic trees:
+    :func:`tree_bit`); `depth` is the tree's, for steps recorded without masks."""
     if not s.searches:
         return min(depth, s.offered), min(depth, s.accepted)
-    bit = search_bit(beams, depth)
     keep: list[bool] = []
     pp: list[float] = []
     for i, par in enumerate(s.parents):
@@ -465,8 +502,9 @@ def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], li
     replayed position by position (:func:`replay_positions`; a tree's: :func:`replay_tree`, drafted = its nodes),
     a ReDrafter head's step by step (:func:`replay_beams`, drafted = its nodes), a lookup's proposal by proposal (:func:`replay_step`, drafts past a proposal paid in full and accepted at the
     calibration's tail rate)."""
-    if cand.beams:  # step 0 drafts nothing (no hidden state before the prompt's forward); the rest step by step
-        return (0, 0.0), [(n, float(a)) for n, a in (replay_beams(s, cand.beams, cand.k, cand.cstop) for s in lane.steps)]
+    if cand.bit:  # every tree verified at once: each step replayed where the calibration's started
+        n0, a0 = replay_masked(lane.step0, cand.bit, cand.k, cand.cstop) if lane.step0 is not None else (0, 0)
+        return (n0, float(a0)), [(n, float(a)) for n, a in (replay_masked(s, cand.bit, cand.k, cand.cstop) for s in lane.steps)]
     if cand.shape:
         seq = positions(lane)
         rate = _first_rate(seq, cand.shape[0])
@@ -500,10 +538,12 @@ def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], li
 
 
 def _verifies(prompts: Sequence[PromptCal], verify: Sequence[float]) -> list[tuple[int, float, float]]:
-    """The calibration lanes' decode verifies of more than one token: (n tokens, measured cost above one forward in
-    the baseline's forwards on the same prompt, the curve's V(n) − 1)."""
+    """The calibration lanes' decode verifies of more than one token and at most as many as the curve measured (a
+    dynamic-tree calibration's union of trees verifies more): (n tokens, measured cost above one forward in the
+    baseline's forwards on the same prompt, the curve's V(n) − 1)."""
     return [(s.offered + 1, s.verify_s / pc.base_step_s - 1.0, verify_at(verify, s.offered + 1) - 1.0)
-            for pc in prompts if pc.base_step_s > 0 for lane in pc.lanes.values() for s in lane.steps if s.offered and s.verify_s > 0]
+            for pc in prompts if pc.base_step_s > 0 for lane in pc.lanes.values() for s in lane.steps
+            if s.offered and s.verify_s > 0 and s.offered + 1 <= len(verify)]
 
 
 def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float | None:
@@ -581,6 +621,9 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         if cand.beams:  # every node verified; the head runs its levels wherever the calibration's ran (its cut prunes after)
             fw = 0.0
             units = sum(price.v(d + 1) + (cand.k * c if s.offered else 0.0) + price.o for (d, _), s in zip(steps, lane.steps, strict=True))
+        elif cand.dynamic:  # every node verified; a root forward and one per level below it, each c (the lane's mean)
+            fw = float(cand.k)
+            units = sum(price.v(d + 1) + (fw * c if s.offered else 0.0) + price.o for (d, _), s in zip(steps, lane.steps, strict=True))
         elif cand.shape:
             _, feeds = tree_nodes(cand.shape)
             fw = sum(verify_at(tuple(draft_curve or verify), f) for f in feeds)  # the tree's draft forwards, in c
@@ -591,7 +634,9 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         tot_acc += sum(a for _, a in steps)
         tot_dr += sum(d for d, _ in steps)
         prefill = lane.prefill_s
-        if lane.step0 is not None:  # its drafts were verified with the prompt: each cost a draft forward and a token
+        if lane.step0 is not None and cand.dynamic:  # the union's nodes and forwards out, the tree's in
+            prefill -= ((lane.step0.offered - d0) * price.marginal_verify() + (lane.step0.forwards - fw) * c) * t1
+        elif lane.step0 is not None:  # its drafts were verified with the prompt: each cost a draft forward and a token
             per_draft = lane.draft_s_per_forward + price.marginal_verify() * t1
             if cand.shape:  # the calibration's chain out, the tree in
                 prefill += fw * lane.draft_s_per_forward + d0 * price.marginal_verify() * t1 - lane.step0.offered * per_draft
@@ -653,6 +698,15 @@ def beam_grid(drafter: str) -> list[Candidate]:
             for b in range(1, CAL_BEAMS + 1) for d in range(1, CAL_DEPTH + 1) for cs in GRID_BEAM_CSTOP]
 
 
+def dynamic_grid(drafter: str) -> list[Candidate]:
+    """Every dynamic token tree of one draft model (`tree:<engine>[,dtype=…]`, its calibration lane's drafter) the
+    finder prices: nodes (DYN_NODES) × depth (1 … DYN_DEPTH) × branch (2 … DYN_BRANCH). The setups parse back."""
+    head, _, rest = drafter.partition(",")
+    tail = f",{rest}" if rest else ""
+    return [Candidate(drafter, f"{head},nodes={n},depth={d},branch={b}{tail}", d, dynamic=(n, b))
+            for b in range(2, DYN_BRANCH + 1) for d in range(1, DYN_DEPTH + 1) for n in DYN_NODES]
+
+
 def _tree_shapes(max_nodes: int = 32) -> tuple[tuple[int, ...], ...]:
     """The static trees the finder prices: the root's best 2–4 tokens, 1 or 2 below each, then a chain of one-child
     levels, depth 2–8, at most `max_nodes` nodes (the cost profiles measure forwards up to 33 tokens)."""
@@ -679,12 +733,12 @@ def tree_grid(drafter: str, shapes: Sequence[tuple[int, ...]] = TREE_SHAPES) -> 
 
 
 def rank(priced: Iterable[Priced], prompt_ids: Iterable[str] | None = None) -> list[Priced]:
-    """Fastest first by predicted speedup over the given prompts (all: None); ties: fewer drafts first. Of the
+    """Fastest first by predicted speedup over the given prompts (all: None); ties: fewer drafts (a smaller node budget) first. Of the
     candidates of one drafter that would behave identically on every recorded step (e.g. any k where lookups never
     matched), only the first is kept."""
     ids = None if prompt_ids is None else list(prompt_ids)
     out, seen = [], set()
-    for p in sorted(priced, key=lambda p: (-_finite(p.speedup(ids)), p.candidate.k, p.candidate.setup)):
+    for p in sorted(priced, key=lambda p: (-_finite(p.speedup(ids)), p.candidate.k, p.candidate.dynamic, p.candidate.setup)):
         same = (p.candidate.drafter, tuple(round(w, 9) for w in p.pred_wall_s.values()), round(p.tau, 9), round(p.mean_k, 9))
         if same not in seen:
             seen.add(same)
@@ -754,6 +808,9 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
     if p.candidate.beams:
         parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of {p.mean_k:.1f} beam-tree nodes V({k + 1}) "
                  f"{price.v(k + 1):.2f}, {p.candidate.k} head levels × c {p.c:.2f}")
+    elif p.candidate.dynamic:
+        parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of {p.mean_k:.1f} tree nodes V({k + 1}) "
+                 f"{price.v(k + 1):.2f}, {p.candidate.k} draft forwards at c {p.c:.2f}")
     elif p.candidate.shape:
         _, feeds = tree_nodes(p.candidate.shape)
         parts = (f"τ {p.tau:.2f} tokens per step for {p.units:.2f} steps' time (verify of {k} tree nodes V({k + 1}) "

@@ -17,7 +17,8 @@ class TreeDraft(SetupBase):
 
     shape: branch counts per depth, e.g. 3x2x1 (the draft's 3 best tokens, 2 below each, 1 below those: 15 nodes,
     3 draft forwards). Unset: a dynamic tree (EAGLE-2) — at each of `depth` levels the `branch` most probable paths
-    are expanded with their `branch` best tokens, and the `nodes` most probable nodes are verified.
+    are expanded with their `branch` best tokens, and the `nodes` most probable nodes are verified. `widths=all` is
+    the setup finder's calibration lane (every smaller dynamic tree verified at once).
     """
 
     prefix = "tree"
@@ -30,10 +31,15 @@ class TreeDraft(SetupBase):
     branch: int = param(4, min=1, max=16, help="dynamic tree: paths expanded per level, and tokens per expansion")
     dtype: str | None = param(None, choices=DRAFT_DTYPES, unset="target's dtype",
                               help="the draft's precision: float32 | bfloat16 | float16 | int8 (CPU); default: the target's")
+    widths: str | None = param(None, choices=("all",), unset="one dynamic tree",
+                               help="all: verify every dynamic tree up to `nodes`, `depth` and `branch` at once, each node tagged "
+                                    "with the trees that hold it (the setup finder's calibration: it prices each of them from one run)")
 
     def problem(self) -> str:
         if self.shape is None:
             return ""
+        if self.widths:
+            return "widths=all calibrates dynamic trees: leave out shape"
         from app.speculative.tree import parse_shape
 
         try:
@@ -57,7 +63,7 @@ def build(setup: TreeDraft, env):
             raise SetupError(f"{setup.label}: the {role} {e.name} ({e.backend}) cannot verify a token tree in one forward yet",
                              fix="tree lanes run on hf (PyTorch) and llamacpp engines: pick such a target and draft, or use draft:… for a chain")
     shape = parse_shape(setup.shape) if setup.shape else None
-    return LoopRunner(target, TreeDrafter(draft, shape, setup.nodes, setup.depth, setup.branch), costs=env.lane_costs(target))
+    return LoopRunner(target, TreeDrafter(draft, shape, setup.nodes, setup.depth, setup.branch, setup.widths == "all"), costs=env.lane_costs(target))
 
 
 KIND = register(SetupKind(TreeDraft, "token tree", "a draft model proposes a token tree, the target verifies every branch at once", build))

@@ -17,6 +17,7 @@ cache keeps the accepted path only (:meth:`HFDecodeState.select`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,6 +29,26 @@ from app.speculative.verifier import warp
 __all__ = ["TreeDrafter"]
 
 
+@dataclass
+class _Expansion:
+    """One grown tree, before any node cut: tokens, parents, depths, the draft's distribution and probability of
+    each, path probabilities, the draft cache slot of each node fed to the draft, and the draft forwards spent."""
+
+    ids: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    q_rows: list[torch.Tensor] = field(default_factory=list)
+    q_tok: list[float] = field(default_factory=list)
+    score: list[float] = field(default_factory=list)
+    slot_of: dict[int, int] = field(default_factory=dict)
+    forwards: int = 1
+
+    def best(self, n: int, depth: int) -> list[int]:
+        """The n most probable nodes down to `depth`, in tree order (a path probability never exceeds its parent's,
+        so they form a tree)."""
+        return sorted(sorted((i for i in range(len(self.ids)) if self.depth[i] <= depth), key=lambda i: (-self.score[i], i))[:n])
+
+
 class TreeDrafter:
     """A draft model proposing a token tree each step.
 
@@ -35,12 +56,16 @@ class TreeDrafter:
         engine: the draft engine (its decode states need forward_tree/select: the hf and llamacpp backends).
         shape: branch counts per depth (static tree), or None for a dynamic tree.
         nodes, depth, branch: the dynamic tree's node budget, depth and expansion width.
+        all_widths: (dynamic, greedy) propose every dynamic tree up to `nodes`, `depth` and `branch` at once, each
+            node tagged with the trees that hold it (the setup finder's calibration lane).
     """
 
     wants_hidden = False
 
-    def __init__(self, engine, shape: list[int] | None = None, nodes: int = 16, depth: int = 6, branch: int = 4) -> None:
+    def __init__(self, engine, shape: list[int] | None = None, nodes: int = 16, depth: int = 6, branch: int = 4,
+                 all_widths: bool = False) -> None:
         self.engine = engine
+        self.all_widths = all_widths and shape is None
         self.shape = list(shape) if shape else None
         self.nodes, self.depth, self.branch = nodes, depth, branch
         self.k = len(self.shape) if self.shape else depth  # the deepest a step can accept
@@ -97,52 +122,13 @@ class TreeDrafter:
         feed = ids[common:]
         root = self.state.forward(feed, last_only=True)[-1]
         self.seen.extend(feed)
+        if self.all_widths:
+            return self._every_tree(root, depth_cap, ctx)
         sampling = ctx.temperature > 0 and self.shape is not None
-
-        def dist(logits: torch.Tensor) -> torch.Tensor:
-            if ctx.temperature > 0:
-                return warp(logits[None], ctx.temperature, ctx.top_k, ctx.top_p)[0]
-            return logits.softmax(-1)
-
-        tok_ids: list[int] = []
-        parents: list[int] = []
-        q_rows: list[torch.Tensor] = []
-        q_tok: list[float] = []
-        score: list[float] = []  # path probability under the draft
-        slot_of: dict[int, int] = {-1: len(self.seen) - 1}
-        frontier: list[tuple[int, torch.Tensor]] = [(-1, root)]
-        forwards = 1
-        for level in range(depth_cap):
-            width = self.shape[level] if self.shape else self.branch
-            new: list[int] = []
-            for node, logits in frontier:
-                if node >= 0 and tok_ids[node] in ctx.eos_ids:
-                    continue
-                q = dist(logits)
-                b = min(width, int((q > 0).sum()))
-                if b <= 0:
-                    continue
-                picks = torch.multinomial(q, b, replacement=False, generator=ctx.generator) if sampling else torch.topk(q, b).indices
-                base = score[node] if node >= 0 else 1.0
-                for t in picks.tolist():
-                    tok_ids.append(int(t))
-                    parents.append(node)
-                    q_rows.append(q)
-                    q_tok.append(float(q[t]))
-                    score.append(base * q_tok[-1])
-                    new.append(len(tok_ids) - 1)
-            if not new or level == depth_cap - 1:
-                break
-            if self.shape is None:  # dynamic: expand the `branch` most probable paths only
-                new = sorted(sorted(new, key=lambda i: (-score[i], i))[: self.branch])
-            start = self.state.length
-            out = self.state.forward_tree([tok_ids[i] for i in new], [slot_of[parents[i]] for i in new])
-            forwards += 1
-            for j, i in enumerate(new):
-                slot_of[i] = start + j
-            frontier = list(zip(new, out, strict=True))
+        x = self._expand(root, self.branch, depth_cap, ctx, sampling)
+        tok_ids, parents, q_rows, q_tok, slot_of = x.ids, x.parents, x.q_rows, x.q_tok, x.slot_of
         if self.shape is None and len(tok_ids) > self.nodes:  # keep the `nodes` most probable: still a tree
-            keep = sorted(sorted(range(len(tok_ids)), key=lambda i: (-score[i], i))[: self.nodes])
+            keep = x.best(self.nodes, depth_cap)
             renum = {old: new for new, old in enumerate(keep)}
             tok_ids = [tok_ids[i] for i in keep]
             parents = [renum[parents[i]] if parents[i] >= 0 else -1 for i in keep]
@@ -152,7 +138,93 @@ class TreeDrafter:
         tree = DraftTree(tok_ids, parents, torch.stack(q_rows) if sampling and q_rows else None, q_tok)
         self._tree = tree
         self._slots = {i: s for i, s in slot_of.items() if i >= 0}
-        return Proposal(tok_ids, tree.q, q_tok, forwards, parents=parents)
+        return Proposal(tok_ids, tree.q, q_tok, x.forwards, parents=parents)
+
+    def _expand(self, root: torch.Tensor, branch: int, depth_cap: int, ctx: DraftContext, sampling: bool) -> _Expansion:
+        """Grow the tree from the root's logits: each level's frontier expanded with its `width` best tokens (the
+        shape's, else `branch`); a dynamic tree feeds only its `branch` most probable new nodes to the next level.
+        Nodes of every level but the last are fed to the draft (new cache slots)."""
+
+        def dist(logits: torch.Tensor) -> torch.Tensor:
+            if ctx.temperature > 0:
+                return warp(logits[None], ctx.temperature, ctx.top_k, ctx.top_p)[0]
+            return logits.softmax(-1)
+
+        x = _Expansion(slot_of={-1: len(self.seen) - 1})
+        frontier: list[tuple[int, torch.Tensor]] = [(-1, root)]
+        for level in range(depth_cap):
+            width = self.shape[level] if self.shape else branch
+            new: list[int] = []
+            for node, logits in frontier:
+                if node >= 0 and x.ids[node] in ctx.eos_ids:
+                    continue
+                q = dist(logits)
+                b = min(width, int((q > 0).sum()))
+                if b <= 0:
+                    continue
+                picks = torch.multinomial(q, b, replacement=False, generator=ctx.generator) if sampling else torch.topk(q, b).indices
+                base = x.score[node] if node >= 0 else 1.0
+                for t in picks.tolist():
+                    x.ids.append(int(t))
+                    x.parents.append(node)
+                    x.depth.append(level + 1)
+                    x.q_rows.append(q)
+                    x.q_tok.append(float(q[t]))
+                    x.score.append(base * x.q_tok[-1])
+                    new.append(len(x.ids) - 1)
+            if not new or level == depth_cap - 1:
+                break
+            if self.shape is None:  # dynamic: expand the `branch` most probable paths only
+                new = sorted(sorted(new, key=lambda i: (-x.score[i], i))[:branch])
+            start = self.state.length
+            out = self.state.forward_tree([x.ids[i] for i in new], [x.slot_of[x.parents[i]] for i in new])
+            x.forwards += 1
+            for j, i in enumerate(new):
+                x.slot_of[i] = start + j
+            frontier = list(zip(new, out, strict=True))
+        return x
+
+    def _every_tree(self, root: torch.Tensor, depth_cap: int, ctx: DraftContext) -> Proposal:
+        """The setup finder's calibration of dynamic trees (greedy): one expansion per branch width 2 … `branch` from
+        the same root, and the union of every tree they give — each width's `nodes` most probable nodes (n in
+        app.core.tuning.DYN_NODES, n ≤ `nodes`) down to each depth (≤ `depth`) — with each node's mask of the trees
+        that hold it (app.core.tuning.tree_bit). A search the token budget cut short is what deeper trees would
+        draft there too."""
+        from app.core.tuning import DYN_NODES, tree_bit
+
+        ids: list[int] = []
+        parents: list[int] = []
+        q_tok: list[float] = []
+        masks: list[int] = []
+        slots: dict[int, int] = {}
+        node_of: dict[tuple[int, ...], int] = {}
+        forwards = 1
+        for b in range(2, self.branch + 1):
+            x = self._expand(root, b, depth_cap, ctx, False)
+            forwards += x.forwards
+            key: list[tuple[int, ...]] = []
+            for t, par in zip(x.ids, x.parents, strict=True):
+                key.append((key[par] if par >= 0 else ()) + (t,))
+            tagged: dict[int, int] = {}
+            for d in range(1, self.depth + 1):
+                for n in (n for n in DYN_NODES if n <= self.nodes):
+                    for i in x.best(n, min(d, depth_cap)):
+                        tagged[i] = tagged.get(i, 0) | tree_bit(b, d, n)
+            for i in sorted(tagged, key=lambda i: (x.depth[i], i)):  # parents first
+                k = key[i]
+                if k not in node_of:
+                    node_of[k] = len(ids)
+                    ids.append(x.ids[i])
+                    parents.append(node_of[k[:-1]] if len(k) > 1 else -1)
+                    q_tok.append(x.q_tok[i])
+                    masks.append(0)
+                j = node_of[k]
+                masks[j] |= tagged[i]
+                if i in x.slot_of and j not in slots:
+                    slots[j] = x.slot_of[i]
+        self._tree = DraftTree(ids, parents, None, q_tok)
+        self._slots = slots
+        return Proposal(ids, None, q_tok, forwards, parents=parents, searches=masks)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         pass

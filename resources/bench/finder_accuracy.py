@@ -9,7 +9,9 @@
 
 The setups mix the rules the finder prices: plain k, cumulative stops (cstop), per-token stops (stop), and static
 token trees (`tree:…,shape=…`, priced from the ranks the chain calibration recorded where the target corrected it),
-and `k=auto`, priced by replaying the policy itself over the records (app.speculative.replay).
+and `k=auto`, priced by replaying the policy itself over the records (app.speculative.replay). With `--beams`, a
+ReDrafter head trained for the target (the one `tune --kinds redrafter` would try first) is calibrated too (its lane
+verifies every beam tree up to 4 × 4 at once) and its trees `beams × depth[@cstop]` are priced and benched beside.
 
     python resources/bench/finder_accuracy.py --prompts resources/bench/palindrome-rename.jsonl \\
         --json resources/bench/qwen-finder-accuracy.json
@@ -34,12 +36,14 @@ RULES = ("k=24,cstop=0.5", "k=16,cstop=0.3", "k=8", "k=4", "k=12,stop=0.4", "k=8
 TREES = ("2x1x1x1", "2x2x1", "3x1x1", "3x2x1", "4x1x1x1x1x1", "2x2x1x1x1x1")
 
 
-def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None, tuple]:
+def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None,
+              heads: bool = False) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None, tuple, list[str]]:
     """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale, the draft's own
-    cost curve, (the target's and the draft's cost profiles))."""
+    cost curve, (the target's and the draft's cost profiles), the ReDrafter heads calibrated)."""
     from app.commands.tune import Finder
 
-    args = argparse.Namespace(target=target, draft=[draft], kinds="draft", dtypes=dtype, suite=None, prompts=prompts, prompt=None,
+    kinds = "draft,redrafter" if heads else "draft"
+    args = argparse.Namespace(target=target, draft=[draft], kinds=kinds, dtypes=dtype, suite=None, prompts=prompts, prompt=None,
                               minutes=120.0, confirm=0, calibrate_all=True, max_new_tokens=tokens, temperature=0.0, seed=0, no_chat=False, json=None,
                               quiet=False)
     f = Finder(args, False)
@@ -51,7 +55,7 @@ def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | N
         f.w.close()
     curve, scale = f.priced_curve(records)
     drafter = f"draft:{draft}" + (f",dtype={dtype}" if dtype else "")
-    return records, curve, scale, f.draft_curve(drafter), (f.target_profile(), f.draft_profile(drafter))
+    return records, curve, scale, f.draft_curve(drafter), (f.target_profile(), f.draft_profile(drafter)), list(f.heads)
 
 
 def main() -> int:
@@ -69,6 +73,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="int8", help="the PyTorch draft's precision")
     ap.add_argument("--rules", default=";".join(RULES), help="chain rules, ;-separated (default: the nine above)")
     ap.add_argument("--trees", default=",".join(TREES), help="static tree shapes, comma-separated ('' for none)")
+    ap.add_argument("--beams", default="", help="ReDrafter trees of the head trained for the target, comma-separated "
+                    "beams×depth[@cstop], e.g. 2x2,1x2,4x4@0.1 ('' for none)")
     ap.add_argument("--no-auto", action="store_true", help="leave out k=auto (priced by replaying the policy over the records)")
     ap.add_argument("--records", help="also pickle the calibration records here (for offline study of the pricing)")
     ap.add_argument("--json", default="/tmp/finder-accuracy.json")
@@ -78,7 +84,10 @@ def main() -> int:
     target, draft = pre + TARGET, pre + DRAFT
     dtype = None if pre else args.dtype
     tail = f",dtype={dtype}" if dtype else ""
-    records, curve, scale, draft_curve, (t_prof, d_prof) = calibrate(target, draft, args.prompts, args.tokens, dtype)
+    beams = [b for b in args.beams.split(",") if b]
+    records, curve, scale, draft_curve, (t_prof, d_prof), heads = calibrate(target, draft, args.prompts, args.tokens, dtype, bool(beams))
+    if beams and not heads:
+        raise SystemExit(f"--beams: no ReDrafter head trained for {target} (python -m app train-drafter --target {target})")
     if args.records:
         import pickle
 
@@ -88,6 +97,13 @@ def main() -> int:
     auto = f"draft:{draft},k=auto{tail}"
     setups = ([] if args.no_auto else [auto]) + [f"draft:{draft},{r}{tail}" for r in args.rules.split(";") if r]
     setups += [f"tree:{draft},shape={t}{tail}" for t in args.trees.split(",") if t]
+    head_cands = {}
+    for b in beams:
+        shape, _, cut = b.partition("@")
+        w, d = (int(x) for x in shape.split("x"))
+        s = f"{heads[0]},beams={w},depth={d}" + (f",cstop={cut}" if cut else "")
+        head_cands[s] = Candidate(heads[0], s, d, cstop=float(cut or 0.0), beams=w)
+        setups.append(s)
     bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
     cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
            "--mode", "interleaved", "--json", str(bench)]
@@ -105,6 +121,8 @@ def main() -> int:
         label = p.label
         if s == auto:
             priced = replay_auto(records, drafter, s, t_prof, d_prof, curve) if t_prof is not None else None
+        elif s in head_cands:
+            priced = price_candidate(head_cands[s], records, curve)
         else:
             shape = tuple(int(b) for b in p.shape.split("x")) if getattr(p, "shape", None) else ()
             cand = Candidate(drafter, s, len(shape) if shape else p.k, getattr(p, "stop", 0.0), getattr(p, "cstop", 0.0), shape)

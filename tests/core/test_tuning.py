@@ -8,6 +8,7 @@ import pytest
 
 from app.core.setups import parse_setup
 from app.core.tuning import (
+    DYN_NODES,
     CalStep,
     Candidate,
     LaneCal,
@@ -16,16 +17,19 @@ from app.core.tuning import (
     beam_grid,
     break_even_alpha,
     chain_speedup,
+    dynamic_grid,
     fitted_curve,
     grid,
     positions,
     price_candidate,
     rank,
     replay_beams,
+    replay_masked,
     replay_positions,
     replay_step,
     replay_tree,
     search_bit,
+    tree_bit,
     tree_grid,
     tree_nodes,
     verify_for_gain,
@@ -301,3 +305,30 @@ def test_a_head_is_priced_by_its_trees_and_its_levels():
         st = parse_setup(c.setup)
         assert (st.beams, st.depth, st.cstop, st.dtype) == (c.beams, c.k, c.cstop, "int8") and st.label == c.setup
     assert "2 head levels × c 0.10" in why(wide, FLAT, best=2.0) and "verify of 4.0 beam-tree nodes V(5)" in why(wide, FLAT, best=2.0)
+
+
+def test_a_dynamic_tree_is_priced_by_its_nodes_and_forwards():
+    """A dynamic-tree calibration step tags each node with the trees (branch, depth, nodes) that hold it: a tree
+    verifies its own nodes and keeps the accepted path as far as it holds it, paying `depth` draft forwards (the
+    root's and one per level below); step 0's union is swapped for the tree in the prefill (its extra nodes and
+    forwards out)."""
+    small, big = tree_bit(2, 1, 4), tree_bit(2, 2, 8)
+    # root children 0, 1 (in both trees), node 2 under node 0 (the 2-deep tree only); the target kept 0 then 2
+    step = CalStep(3, 2, (0.7, 0.2, 0.6), False, 0.0, None, (-1, -1, 0), (small | big, small | big, big), (0, 2))
+    assert replay_masked(step, small, 1) == (2, 1) and replay_masked(step, big, 2) == (3, 2)
+    step0 = CalStep(3, 2, (0.7, 0.2, 0.6), False, 0.0, None, (-1, -1, 0), (small | big, small | big, big), (0, 2), forwards=16)
+    rec = PromptCal("p", "code", 31, 1.0 + 30 * 0.1, 1.0, 0.1, 0.0, {"tree:d": LaneCal((step,) * 8, step0, 2.0, 0.01, 0.0)})
+    cands = {c.setup: c for c in dynamic_grid("tree:d")}
+    one = price_candidate(cands["tree:d,nodes=4,depth=1,branch=2"], [rec], FLAT)
+    two = price_candidate(cands["tree:d,nodes=8,depth=2,branch=2"], [rec], FLAT)
+    assert one.tau == pytest.approx(2.0) and two.tau == pytest.approx(3.0) and one.mean_k == 2 and two.mean_k == 3
+    assert one.units == pytest.approx(FLAT[2] + 1 * 0.1) and two.units == pytest.approx(FLAT[3] + 2 * 0.1)
+    marginal = FLAT[-1] - FLAT[-2]
+    # prefill: 2.0 s measured with the union (3 nodes, 16 forwards); the 1-deep tree verifies 2 nodes in 1 forward
+    want = 2.0 - ((3 - 2) * marginal + (16 - 1) * 0.1) * 0.1 + (31 - 2) * one.units / 2.0 * 0.1
+    assert one.pred_wall_s["p"] == pytest.approx(want)
+    assert len(cands) == 3 * 6 * len(DYN_NODES) and all(c.kind == "tree" and c.dynamic for c in cands.values())
+    for c in dynamic_grid("tree:d,dtype=int8"):
+        st = parse_setup(c.setup)
+        assert (st.shape, st.nodes, st.depth, st.branch, st.dtype) == (None, c.dynamic[0], c.k, c.dynamic[1], "int8")
+    assert "2 draft forwards at c 0.10" in why(two, FLAT, best=2.0)

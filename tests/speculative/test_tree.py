@@ -255,3 +255,31 @@ def test_tree_sampling_lane_is_reproducible(tiny):
     _, a = _run(target, TreeDrafter(draft, [3, 2]), ids, s)
     _, b = _run(target, TreeDrafter(draft, [3, 2]), ids, s)
     assert a.output_ids == b.output_ids and a.new_tokens == 30 and a.tree_steps > 0
+
+
+def test_the_calibration_tells_each_dynamic_tree_what_it_would_keep(tiny):
+    """The finder's dynamic-tree calibration lane (`widths=all`: every dynamic tree up to 32 nodes, depth 6, branch
+    4 verified at once) emits the baseline's tokens; on step 0, which every lane starts at the same position,
+    replaying its record for a tree (app.core.tuning.replay_masked) gives exactly the nodes that tree's own lane
+    verifies and the drafts it keeps, for every budget, depth and branch priced."""
+    from app.core.tuning import DYN_NODES, CalStep, replay_masked, tree_bit
+
+    target, draft = tiny
+    s = Sampling(max_new_tokens=12)
+    kept = set()
+    for prompt in PROMPTS:
+        ids = target.encode_prompt(prompt, chat=False)
+        _, base = _run(target, None, ids, s)
+        steps, st = _run(target, TreeDrafter(draft, None, nodes=32, depth=6, branch=4, all_widths=True), ids, s)
+        assert st.output_ids == base.output_ids
+        t = steps[0].tree
+        assert t is not None and len(t.searches) == len(t.ids) == len(t.q) and all(t.searches)
+        rec = CalStep(len(t.ids), steps[0].accepted_count, t.q, False, 0.0, None, t.parents, t.searches, t.path)
+        for b in (2, 3, 4):
+            for d in (1, 3, 6):
+                for n in DYN_NODES:
+                    lane = run_lane(target, TreeDrafter(draft, None, nodes=n, depth=d, branch=b), ids, s, cancelled=lambda: True)
+                    real = next(e for e in lane if isinstance(e, StepEvent))  # step 0 (the lane stops after it)
+                    assert replay_masked(rec, tree_bit(b, d, n), d) == (real.k, real.accepted_count), (prompt, b, d, n)
+                    kept.add(real.accepted_count)
+    assert len(kept) > 1  # trees that kept different numbers of drafts were told apart

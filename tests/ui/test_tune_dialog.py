@@ -29,8 +29,8 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
     not_tried = next(x for x in d.summary.toPlainText().splitlines() if x.startswith("not tried: "))
     assert "break-even:" in d.summary.toPlainText() and "redrafter:tiny-misfit did not run" in not_tried
-    dyn = [e["setup"] for e in doc["other_measured"] if e["setup"].startswith("tree:")]  # a dynamic tree: measured, or said why not
-    assert (dyn[0] in rows) if dyn else ("; dynamic trees (tree: without a shape): not measured" in not_tried)
+    dyn = next(c for c in doc["candidates"] if c["kind"] == "tree" and not c["shape"])  # the best dynamic tree: priced and confirmed
+    assert dyn["measured"] and rows.index(dyn["setup"]) >= 0
     assert ("verify cost:" in d.summary.toPlainText()) == (doc["verify_scale"] is not None)  # the line where a scale was fit
     assert w.costs.break_even.isVisibleTo(w.costs) and "to beat" in w.costs.break_even.text()
     assert d.use_btn.isEnabled()
