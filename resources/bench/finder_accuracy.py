@@ -11,7 +11,9 @@ The setups mix the rules the finder prices: plain k, cumulative stops (cstop), p
 token trees (`tree:…,shape=…`, priced from the ranks the chain calibration recorded where the target corrected it),
 and `k=auto`, priced by replaying the policy itself over the records (app.speculative.replay). With `--beams`, a
 ReDrafter head trained for the target (the one `tune --kinds redrafter` would try first) is calibrated too (its lane
-verifies every beam tree up to 4 × 4 at once) and its trees `beams × depth[@cstop]` are priced and benched beside.
+verifies every beam tree up to 4 × 4 at once) and its trees `beams × depth[@cstop]` are priced and benched beside;
+with `--dynamic`, the draft's dynamic trees `nodes × depth × branch` likewise (their calibration lane verifies every
+dynamic tree up to 32 nodes, depth 6, branch 4 at once).
 
     python resources/bench/finder_accuracy.py --prompts resources/bench/palindrome-rename.jsonl \\
         --json resources/bench/qwen-finder-accuracy.json
@@ -36,13 +38,13 @@ RULES = ("k=24,cstop=0.5", "k=16,cstop=0.3", "k=8", "k=4", "k=12,stop=0.4", "k=8
 TREES = ("2x1x1x1", "2x2x1", "3x1x1", "3x2x1", "4x1x1x1x1x1", "2x2x1x1x1x1")
 
 
-def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None,
-              heads: bool = False) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None, tuple, list[str]]:
+def calibrate(target: str, draft: str, prompts: str, tokens: int, dtype: str | None, heads: bool = False,
+              dynamic: bool = False) -> tuple[list, tuple[float, ...], float | None, tuple[float, ...] | None, tuple, list[str]]:
     """The finder's calibration phase on its own: (records, the priced verify curve, the verify scale, the draft's own
     cost curve, (the target's and the draft's cost profiles), the ReDrafter heads calibrated)."""
     from app.commands.tune import Finder
 
-    kinds = "draft,redrafter" if heads else "draft"
+    kinds = "draft" + (",tree" if dynamic else "") + (",redrafter" if heads else "")
     args = argparse.Namespace(target=target, draft=[draft], kinds=kinds, dtypes=dtype, suite=None, prompts=prompts, prompt=None,
                               minutes=120.0, confirm=0, calibrate_all=True, max_new_tokens=tokens, temperature=0.0, seed=0, no_chat=False, json=None,
                               quiet=False)
@@ -75,6 +77,8 @@ def main() -> int:
     ap.add_argument("--trees", default=",".join(TREES), help="static tree shapes, comma-separated ('' for none)")
     ap.add_argument("--beams", default="", help="ReDrafter trees of the head trained for the target, comma-separated "
                     "beams×depth[@cstop], e.g. 2x2,1x2,4x4@0.1 ('' for none)")
+    ap.add_argument("--dynamic", default="", help="dynamic trees of the draft, comma-separated nodes×depth×branch, e.g. "
+                    "16x5x4,8x3x2 ('' for none)")
     ap.add_argument("--no-auto", action="store_true", help="leave out k=auto (priced by replaying the policy over the records)")
     ap.add_argument("--records", help="also pickle the calibration records here (for offline study of the pricing)")
     ap.add_argument("--json", default="/tmp/finder-accuracy.json")
@@ -85,7 +89,9 @@ def main() -> int:
     dtype = None if pre else args.dtype
     tail = f",dtype={dtype}" if dtype else ""
     beams = [b for b in args.beams.split(",") if b]
-    records, curve, scale, draft_curve, (t_prof, d_prof), heads = calibrate(target, draft, args.prompts, args.tokens, dtype, bool(beams))
+    dyn = [x for x in args.dynamic.split(",") if x]
+    records, curve, scale, draft_curve, (t_prof, d_prof), heads = calibrate(target, draft, args.prompts, args.tokens, dtype, bool(beams),
+                                                                            bool(dyn))
     if beams and not heads:
         raise SystemExit(f"--beams: no ReDrafter head trained for {target} (python -m app train-drafter --target {target})")
     if args.records:
@@ -103,6 +109,11 @@ def main() -> int:
         w, d = (int(x) for x in shape.split("x"))
         s = f"{heads[0]},beams={w},depth={d}" + (f",cstop={cut}" if cut else "")
         head_cands[s] = Candidate(heads[0], s, d, cstop=float(cut or 0.0), beams=w)
+        setups.append(s)
+    for x in dyn:
+        n, d, b = (int(v) for v in x.split("x"))
+        s = f"tree:{draft},nodes={n},depth={d},branch={b}{tail}"
+        head_cands[s] = Candidate(f"tree:{draft}{tail}", s, d, dynamic=(n, b))
         setups.append(s)
     bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
     cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
