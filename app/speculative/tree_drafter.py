@@ -199,7 +199,8 @@ class TreeDrafter:
         slots: dict[int, int] = {}
         node_of: dict[tuple[int, ...], int] = {}
         forwards = 1
-        for b in range(2, self.branch + 1):
+        src: dict[int, int] = {}  # union node → the width whose draft cache slot it keeps (its path's, all one width's)
+        for b in range(self.branch, 1, -1):  # the widest first: it feeds the most nodes to the draft
             x = self._expand(root, b, depth_cap, ctx, False)
             forwards += x.forwards
             key: list[tuple[int, ...]] = []
@@ -220,8 +221,9 @@ class TreeDrafter:
                     masks.append(0)
                 j = node_of[k]
                 masks[j] |= tagged[i]
-                if i in x.slot_of and j not in slots:
-                    slots[j] = x.slot_of[i]
+                # a slot attends to its parent's slot of the same width: keep it only where the parent kept that width's
+                if i in x.slot_of and j not in slots and (parents[j] < 0 or src.get(parents[j]) == b):
+                    slots[j], src[j] = x.slot_of[i], b
         self._tree = DraftTree(ids, parents, None, q_tok)
         self._slots = slots
         return Proposal(ids, None, q_tok, forwards, parents=parents, searches=masks)

@@ -98,7 +98,8 @@ class TuneDialog(QDialog):
         kinds = QHBoxLayout()
         self.kind_checks: dict[str, QCheckBox] = {}
         for k, on, tip in (("draft", True, "draft models: k × stop × cstop"), ("ngram", True, "prompt lookup: k"),
-                           ("tree", True, "static token trees (e.g. 3x1x1) of each draft, priced from its chain calibration"),
+                           ("tree", True, "token trees of each draft: static ones (e.g. 3x1x1) priced from its chain calibration, "
+                            "dynamic ones (nodes × depth × branch) from a calibration lane of their own"),
                            ("redrafter", False, "ReDrafter heads trained for the target (train-drafter): beams × depth × cstop, "
                             "priced from each head's own calibration lane")):
             cb = QCheckBox(k)
