@@ -35,7 +35,7 @@ from typing import Any
 
 from app.core.errors import SetupError
 
-__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "heads_for", "tied_with_winner", "headline", "KINDS", "PRICED_KINDS"]
+__all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "calibration_failures", "heads_for", "tied_with_winner", "headline", "KINDS", "PRICED_KINDS"]
 
 #: drafter kinds `--kinds` accepts, all priced: chains of drafts, lookups, static token trees (from the draft's chain
 #: calibration), ReDrafter heads trained for the target (from their own calibration lanes)
@@ -522,6 +522,23 @@ def tied_with_winner(measured: dict[str, dict], winner: str) -> dict[str, dict]:
     return out
 
 
+def calibration_failures(drafters: list[tuple[str, bool]], plan, errors: dict, priced: set[str]) -> list[str]:
+    """One line per drafter whose calibration lanes failed (`errors`: lane id → its error, as RunResults keeps them):
+    why it did not run at all, or on which prompts it failed — it is then priced on the others only."""
+    out = []
+    for i, (d, _) in enumerate(drafters, start=1):  # setup 0 is the baseline
+        errs = [(k, e) for k, e in errors.items() if k is not None and plan.setup_index(k) == i]
+        if not errs:
+            continue
+        first = errs[0][1].message.splitlines()[0]
+        if d not in priced:
+            out.append(f"{d} did not run: {first}")
+        else:
+            ids = ", ".join(p.id for p in plan.prompts if any(plan.lane_id(i, p) == k for k, _ in errs))
+            out.append(f"{d}: its calibration failed on {ids} ({first}); priced on the other prompts")
+    return out
+
+
 def measured_only_why(setup: str) -> str:
     """The `why` of a setup the confirmation measured but the finder did not price (k=auto without a cost profile)."""
     return "measured only (not priced)"
@@ -606,12 +623,8 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
                          f"to cost less than one forward): it needs longer accepted runs or a cheaper draft")
     cal, conf = f.calibration, f.confirm
     not_tried = list(f.head_notes)
-    if cal is not None:  # a drafter whose calibration lanes failed (a head for other weights, a broken file): why, from its lane
-        have = {d for r in records for d in r.lanes}
-        for i, (d, _) in enumerate(f.drafters, start=1):
-            errs = [e for k, e in cal.results.errors.items() if k is not None and cal.plan.setup_index(k) == i]
-            if d not in have and errs:
-                not_tried.append(f"{d} did not run: {errs[0].message.splitlines()[0]}")
+    if cal is not None:  # drafters whose calibration lanes failed (a head for other weights, a broken file)
+        not_tried += calibration_failures(f.drafters, cal.plan, cal.results.errors, {d for r in records for d in r.lanes})
     if "tree" in f.kinds:
         not_tried.append(f"static trees wider than {ALTS} at a level (the calibration records the draft's {ALTS} best tokens), "
                          f"dynamic trees of more than {max(DYN_NODES)} nodes, depth {DYN_DEPTH} or branch {DYN_BRANCH}: try them by hand")

@@ -154,6 +154,27 @@ def test_a_drafter_far_behind_is_calibrated_no_more():
     assert {p.candidate.drafter for p in f.price(f.records(), dropped=False)} == {"draft:a", "draft:b", "ngram:n=3"}
 
 
+def test_a_calibration_that_failed_is_said_with_its_prompts():
+    """A drafter whose calibration lane failed everywhere did not run; one that failed on some prompts is priced on
+    the others, and the report names them with the first error."""
+    from types import SimpleNamespace
+
+    from app.commands.tune import calibration_failures
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.worker.plan import RunPlan
+
+    prompts = (Prompt("code-1", "a", "coding"), Prompt("edit-1", "b", "editing"), Prompt("qa-1", "c", "qa"))
+    plan = RunPlan("t", ("baseline", "draft:d,k=24", "tree:d,widths=all", "redrafter:h"), prompts, Sampling(), mode="interleaved")
+    drafters = [("draft:d", True), ("tree:d", False), ("redrafter:h", False)]
+    err = SimpleNamespace(message="ValueError: slots [91] after 90 are not one path\nmore")
+    errors = {plan.lane_id(2, prompts[1]): err, plan.lane_id(2, prompts[2]): err, plan.lane_id(3, prompts[0]): SimpleNamespace(message="no such head"),
+              None: SimpleNamespace(message="worker")}
+    assert calibration_failures(drafters, plan, errors, {"draft:d", "tree:d"}) == [
+        "tree:d: its calibration failed on edit-1, qa-1 (ValueError: slots [91] after 90 are not one path); priced on the other prompts",
+        "redrafter:h did not run: no such head"]
+
+
 def run(*args):
     return subprocess.run([sys.executable, "-m", "app", "tune", *args], capture_output=True, text=True, timeout=120)
 
