@@ -4,10 +4,11 @@
    each precision tried, n-gram lookup, ReDrafter heads trained for the target) run interleaved, prompt by prompt,
    categories in turn. Each calibration lane drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every
    step's draft confidences and the target's verdict; a head's verifies every beam tree up to CAL_BEAMS × CAL_DEPTH at
-   once, each node tagged with the trees that hold it (app.core.tuning).
+   once, and (kind `tree`) a draft's dynamic-tree lane every dynamic tree up to DYN_NODES × DYN_DEPTH × DYN_BRANCH,
+   each node tagged with the trees that hold it (app.core.tuning).
 2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; static token trees of each
-   draft, from the ranks its chain recorded where the target corrected it; lookup × k; head × beams × depth × cstop)
-   is priced from those records
+   draft, from the ranks its chain recorded where the target corrected it; dynamic trees × nodes × depth × branch;
+   lookup × k; head × beams × depth × cstop) is priced from those records
    with the target's cost profile — per prompt, per category and overall — and each draft model's `k=auto` by
    replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
@@ -37,8 +38,8 @@ from app.core.errors import SetupError
 
 __all__ = ["add_parser", "run", "render", "predicted_cell", "partial_note", "verify_note", "measured_only_why", "calibration_failures", "heads_for", "tied_with_winner", "headline", "KINDS", "PRICED_KINDS"]
 
-#: drafter kinds `--kinds` accepts, all priced: chains of drafts, lookups, static token trees (from the draft's chain
-#: calibration), ReDrafter heads trained for the target (from their own calibration lanes)
+#: drafter kinds `--kinds` accepts, all priced: chains of drafts, lookups, token trees (static ones from the draft's
+#: chain calibration, dynamic ones from their own lane), ReDrafter heads trained for the target (from their own lanes)
 KINDS = ("draft", "ngram", "tree", "redrafter")
 PRICED_KINDS = KINDS
 #: the most ReDrafter heads calibrated (those with the best held-out acceptance)
@@ -58,8 +59,9 @@ def add_parser(sub) -> None:
     t.add_argument("--draft", action="append", metavar="ENGINE", help="draft model engine, repeatable (default: the engines "
                    "sharing the target's tokenizer and backend that are smaller than it)")
     t.add_argument("--kinds", default="draft,ngram,tree", help=f"drafter kinds to try, comma-separated, of {', '.join(KINDS)} "
-                   "(default draft,ngram,tree: static token trees are priced from the draft's chain calibration; redrafter: the heads "
-                   "trained for the target, beams × depth × cstop priced from their own calibration)")
+                   "(default draft,ngram,tree: static token trees are priced from the draft's chain calibration, dynamic ones from a "
+                   "calibration lane of their own; redrafter: the heads trained for the target, beams × depth × cstop priced from "
+                   "their own calibration)")
     t.add_argument("--dtypes", default=None, help="draft precisions to try for PyTorch drafts (default int8 and the draft's own)")
     t.add_argument("--suite", help="built-in suite: " + ", ".join(list_suites()) + " (default specbench)")
     t.add_argument("--prompts", help="JSONL file with id, prompt[, category]")

@@ -25,9 +25,10 @@ hold, so its calibration lane verifies the union of every beam tree up to CAL_BE
 with the trees that hold it: each tree's nodes and kept drafts on that step follow exactly (:func:`replay_beams`),
 and the head's steps are priced where the calibration's started. Dynamic token trees (EAGLE-2: which branches grow
 depends on the draft's confidence in tokens off the answer's path, which a chain calibration never sees) are priced
-the same way from a calibration lane verifying every one up to DYN_NODES × DYN_DEPTH × DYN_BRANCH (:func:`tree_bit`). A prompt's predicted wall is its prefill plus its remaining tokens at the replayed
-tokens per step and units per step (:func:`price_candidate`). Speedups pool like the bench's: Σ baseline wall /
-Σ predicted wall.
+the same way from a calibration lane verifying every one up to DYN_NODES × DYN_DEPTH × DYN_BRANCH
+(:func:`tree_bit`). A prompt's predicted wall is its prefill plus its remaining tokens at the replayed tokens per
+step and units per step (:func:`price_candidate`). Speedups pool like the bench's: Σ baseline wall / Σ predicted
+wall.
 
 **The verify curve is this run's.** The cost profile is measured once per machine, perhaps while it was busier; the
 calibration lanes' own verify times (over the baseline's forward on the same prompt) scale the profile's cost above
@@ -162,8 +163,9 @@ class CalStep:
     #: where the target rejected a draft: its token's rank among the draft's best there (StepEvent.correction_rank;
     #: 0: below them); None: unknown, or nothing rejected
     rank: int | None = None
-    #: a ReDrafter calibration step (app.speculative.redrafter.beam_trees): the verified tree's parents, each node's
-    #: mask of the beam searches holding it, the accepted path; q then holds each node's head probability
+    #: a step of a calibration that verified every tree at once (ReDrafter heads: app.speculative.redrafter.beam_trees;
+    #: dynamic trees: app.speculative.tree_drafter): the verified tree's parents, each node's mask of the trees holding
+    #: it, the accepted path; q then holds each node's drafter probability
     parents: tuple[int, ...] = ()
     searches: tuple[int, ...] = ()
     path: tuple[int, ...] = ()

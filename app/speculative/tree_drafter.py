@@ -202,7 +202,7 @@ class TreeDrafter:
         src: dict[int, int] = {}  # union node → the width whose draft cache slot it keeps (its path's, all one width's)
         for b in range(self.branch, 1, -1):  # the widest first: it feeds the most nodes to the draft
             x = self._expand(root, b, depth_cap, ctx, False)
-            forwards += x.forwards
+            forwards += x.forwards - 1  # its levels below the root (the root's forward is shared)
             key: list[tuple[int, ...]] = []
             for t, par in zip(x.ids, x.parents, strict=True):
                 key.append((key[par] if par >= 0 else ()) + (t,))

@@ -284,3 +284,21 @@ def test_the_calibration_tells_each_dynamic_tree_what_it_would_keep(tiny):
                     assert replay_masked(rec, tree_bit(b, d, n), d) == (real.k, real.accepted_count), (prompt, b, d, n)
                     kept.add(real.accepted_count)
     assert len(kept) > 1  # trees that kept different numbers of drafts were told apart
+
+
+def test_the_dynamic_calibration_counts_the_forwards_it_spends(tiny):
+    """Its proposal's draft forwards: the root's once, then each width's levels below the root (what the finder
+    divides its drafting time by to price a draft forward)."""
+    from app.speculative.drafters import DraftContext
+
+    _, draft = tiny
+    ids = draft.encode_prompt(PROMPTS[0], chat=False)
+
+    def proposal(d: TreeDrafter):
+        d.start(ids)
+        return d.propose(DraftContext(list(ids), 20))
+
+    union = proposal(TreeDrafter(draft, None, nodes=32, depth=6, branch=4, all_widths=True))
+    single = [proposal(TreeDrafter(draft, None, nodes=32, depth=6, branch=b)).forwards for b in (2, 3, 4)]
+    assert all(f == 6 for f in single)  # the root's and one per level below it but the last
+    assert union.forwards == 1 + sum(f - 1 for f in single) == 16
