@@ -34,8 +34,9 @@ class TreeStep:
 
     Attributes:
         q: the drafter's probability of each node's token given its ancestors (empty: not known).
-        searches: for a tree merged from several beam searches (the setup finder's ReDrafter calibration), each
-            node's mask of the searches that hold it (app.speculative.redrafter.search_bit); empty otherwise.
+        searches: for a tree merged from several trees (the setup finder's calibrations of ReDrafter heads and
+            dynamic trees), each node's mask of the trees that hold it (app.core.tuning.search_bit, tree_bit); empty
+            otherwise.
     """
 
     ids: tuple[int, ...]

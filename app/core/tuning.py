@@ -620,10 +620,8 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         os_.append(price.o)
         (d0, a0), steps = _decode_steps(cand, lane)
         tok = sum(a + 1 for _, a in steps)
-        if cand.beams:  # every node verified; the head runs its levels wherever the calibration's ran (its cut prunes after)
-            fw = 0.0
-            units = sum(price.v(d + 1) + (cand.k * c if s.offered else 0.0) + price.o for (d, _), s in zip(steps, lane.steps, strict=True))
-        elif cand.dynamic:  # every node verified; a root forward and one per level below it, each c (the lane's mean)
+        if cand.bit:  # every node verified; `depth` forwards wherever the calibration drafted, each c (a head's level; a
+            # dynamic tree's root forward and one per level below it) — a head's cut prunes after its levels ran
             fw = float(cand.k)
             units = sum(price.v(d + 1) + (fw * c if s.offered else 0.0) + price.o for (d, _), s in zip(steps, lane.steps, strict=True))
         elif cand.shape:

@@ -52,8 +52,8 @@ class Proposal:
     (−1: the last token of the sequence; see app.speculative.tree), None for a chain; alts: a greedy draft model's
     ALTS best tokens at each drafted position, best (its draft) first — where the target rejects a draft, the rank of
     the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank);
-    searches: for a tree merged from several beam searches (the setup finder's ReDrafter calibration,
-    app.speculative.redrafter.beam_trees), each node's mask of the searches that hold it (TreeStep.searches)."""
+    searches: for a tree merged from several trees (the setup finder's calibrations: app.speculative.redrafter.beam_trees,
+    TreeDrafter with all_widths), each node's mask of the trees that hold it (TreeStep.searches)."""
 
     ids: list[int]
     q: torch.Tensor | None = None

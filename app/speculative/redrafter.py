@@ -36,7 +36,7 @@ from app.core.errors import SetupError
 from app.core.paths import cache_root
 from app.core.tuning import search_bit
 from app.speculative.drafters import DraftContext, Proposal
-from app.speculative.tree import DraftTree
+from app.speculative.tree import DraftTree, PrefixTree
 
 __all__ = ["HEAD_DTYPES", "for_inference", "HeadConfig", "ReDrafterHead", "HeadManifest", "heads_dir", "find_head", "list_heads", "load_head", "save_head",
            "beam_tree", "beam_trees", "ReDrafterDrafter"]
@@ -261,27 +261,13 @@ def _merge(ranked: list[tuple[list[int], list[float], int]], cstop: float) -> tu
     children follow the first beam); each node's mask is the OR of the masks of the beams through it. Nodes whose
     path probability (the product of the head's probabilities from the root) is below `cstop` are left out, with
     their subtrees (probabilities ≤ 1: those are less likely still)."""
-    ids: list[int] = []
-    parents: list[int] = []
-    q: list[float] = []
-    masks: list[int] = []
-    node_of: dict[tuple[int, ...], int] = {}
+    pt = PrefixTree()
     for d in range(max((len(s) for s, _, _ in ranked), default=0)):
         for s, pr, m in ranked:
-            if len(s) <= d:
-                continue
             key = tuple(s[: d + 1])
-            if key in node_of:
-                masks[node_of[key]] |= m
-                continue
-            if math.prod(pr[: d + 1]) < cstop or (d and key[:-1] not in node_of):
-                continue
-            node_of[key] = len(ids)
-            ids.append(s[d])
-            parents.append(node_of[key[:-1]] if d else -1)
-            q.append(pr[d])
-            masks.append(m)
-    return DraftTree(ids, parents, None, q), masks
+            if len(s) > d and (key in pt or (math.prod(pr[: d + 1]) >= cstop and (not d or key[:-1] in pt))):
+                pt.add(key, pr[d], m)
+    return pt.tree(), pt.masks
 
 
 @torch.inference_mode()
@@ -298,8 +284,14 @@ def beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: i
             its own estimate that the target accepts the whole path) is below this are left out, with their subtrees
             — every node costs the target's forward some compute, and an unlikely one rarely pays it back.
     """
+    return _beam_tree(head, embed, h, last, depth, beams, eos_ids, cstop)[0]
+
+
+def _beam_tree(head: ReDrafterHead, embed: torch.Tensor, h: torch.Tensor, last: int, depth: int, beams: int,
+               eos_ids: frozenset[int], cstop: float) -> tuple[DraftTree, int]:
+    """:func:`beam_tree` and the head levels its search ran."""
     levels = _search(head, embed, h, last, depth, beams, eos_ids)
-    return _merge([(s, p, 0) for _, s, p in (levels[-1] if levels else [])], cstop)[0]
+    return _merge([(s, p, 0) for _, s, p in (levels[-1] if levels else [])], cstop)[0], len(levels)
 
 
 @torch.inference_mode()
@@ -362,9 +354,8 @@ class ReDrafterDrafter:
             tree, masks, runs = beam_trees(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids, tag_depth=self.depth)
             return Proposal(tree.ids, None, tree.q_drafted, runs, parents=tree.parents, searches=masks)
         with torch.inference_mode():
-            levels = _search(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids)
-        tree = _merge([(s, p, 0) for _, s, p in (levels[-1] if levels else [])], self.cstop)[0]
-        return Proposal(tree.ids, None, tree.q_drafted, len(levels), parents=tree.parents)
+            tree, levels = _beam_tree(self.head, self.embed, h, ctx.ids[-1], depth, self.beams, ctx.eos_ids, self.cstop)
+        return Proposal(tree.ids, None, tree.q_drafted, levels, parents=tree.parents)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         pass

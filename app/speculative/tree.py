@@ -30,7 +30,7 @@ import torch
 
 from app.speculative.verifier import sample
 
-__all__ = ["DraftTree", "TreeVerdict", "verify_tree_greedy", "verify_tree_sampling", "parse_shape", "chain_parents"]
+__all__ = ["DraftTree", "PrefixTree", "TreeVerdict", "verify_tree_greedy", "verify_tree_sampling", "parse_shape", "chain_parents"]
 
 
 def chain_parents(n: int) -> list[int]:
@@ -120,6 +120,37 @@ class DraftTree:
             out.append(kids[0])
             kids = self.children(kids[0])
         return out
+
+
+class PrefixTree:
+    """Token paths from the root merged into one tree (beams, or several trees' nodes): a path's node is added once,
+    after its parent's, and carries the OR of the masks it was added with (which trees hold it: the setup finder's
+    calibrations). Attributes: ids, parents, q (the drafter's probability of each node's token), masks."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.parents: list[int] = []
+        self.q: list[float] = []
+        self.masks: list[int] = []
+        self._node: dict[tuple[int, ...], int] = {}
+
+    def __contains__(self, path: tuple[int, ...]) -> bool:
+        return path in self._node
+
+    def add(self, path: tuple[int, ...], q: float, mask: int = 0) -> int:
+        """The node of `path` (its parent's path must be in already), added if new; `mask` ORed into its mask."""
+        j = self._node.get(path)
+        if j is None:
+            j = self._node[path] = len(self.ids)
+            self.ids.append(path[-1])
+            self.parents.append(self._node[path[:-1]] if len(path) > 1 else -1)
+            self.q.append(q)
+            self.masks.append(0)
+        self.masks[j] |= mask
+        return j
+
+    def tree(self) -> DraftTree:
+        return DraftTree(self.ids, self.parents, None, self.q)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from app.speculative.drafters import DraftContext, Proposal
-from app.speculative.tree import DraftTree
+from app.speculative.tree import DraftTree, PrefixTree
 from app.speculative.verifier import warp
 
 __all__ = ["TreeDrafter"]
@@ -192,14 +192,10 @@ class TreeDrafter:
         draft there too."""
         from app.core.tuning import DYN_NODES, tree_bit
 
-        ids: list[int] = []
-        parents: list[int] = []
-        q_tok: list[float] = []
-        masks: list[int] = []
+        pt = PrefixTree()
         slots: dict[int, int] = {}
-        node_of: dict[tuple[int, ...], int] = {}
-        forwards = 1
         src: dict[int, int] = {}  # union node → the width whose draft cache slot it keeps (its path's, all one width's)
+        forwards = 1
         for b in range(self.branch, 1, -1):  # the widest first: it feeds the most nodes to the draft
             x = self._expand(root, b, depth_cap, ctx, False)
             forwards += x.forwards - 1  # its levels below the root (the root's forward is shared)
@@ -212,21 +208,13 @@ class TreeDrafter:
                     for i in x.best(n, min(d, depth_cap)):
                         tagged[i] = tagged.get(i, 0) | tree_bit(b, d, n)
             for i in sorted(tagged, key=lambda i: (x.depth[i], i)):  # parents first
-                k = key[i]
-                if k not in node_of:
-                    node_of[k] = len(ids)
-                    ids.append(x.ids[i])
-                    parents.append(node_of[k[:-1]] if len(k) > 1 else -1)
-                    q_tok.append(x.q_tok[i])
-                    masks.append(0)
-                j = node_of[k]
-                masks[j] |= tagged[i]
+                j = pt.add(key[i], x.q_tok[i], tagged[i])
                 # a slot attends to its parent's slot of the same width: keep it only where the parent kept that width's
-                if i in x.slot_of and j not in slots and (parents[j] < 0 or src.get(parents[j]) == b):
+                if i in x.slot_of and j not in slots and (pt.parents[j] < 0 or src.get(pt.parents[j]) == b):
                     slots[j], src[j] = x.slot_of[i], b
-        self._tree = DraftTree(ids, parents, None, q_tok)
+        self._tree = pt.tree()
         self._slots = slots
-        return Proposal(ids, None, q_tok, forwards, parents=parents, searches=masks)
+        return Proposal(pt.ids, None, pt.q, forwards, parents=pt.parents, searches=pt.masks)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         pass
