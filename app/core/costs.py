@@ -32,6 +32,7 @@ from app.core.paths import cache_root, write_json_atomically
 __all__ = [
     "PROFILE_VERSION",
     "PROFILE_NS",
+    "NARROW",
     "CostProfile",
     "LaneCosts",
     "verify_at",
@@ -45,9 +46,13 @@ __all__ = [
     "uniform_theory",
 ]
 
-PROFILE_VERSION = 1
+#: 2: narrow forwards keep a median that is off the line beyond noise (app.speculative.costs.smooth); medians_s
+PROFILE_VERSION = 2
 #: Tokens per forward measured by a profile (k = n − 1 drafts; k=auto drafts at most PROFILE_NS[-1] − 1).
 PROFILE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 33)
+#: forwards of at most this many tokens ("narrow") may cost less than narrower ones (a GEMM kernel's blocking): a
+#: profile keeps such a measured shape there (app.speculative.costs.smooth); past it a curve never decreases
+NARROW = 8
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
@@ -93,8 +98,9 @@ class CostProfile:
         engine: the engine's name; backend: "hf" | "llamacpp" | …; precision: its dtype as loaded; device.
         weights: the weights' identity (the cache key of its source), so a changed file is re-measured.
         machine: :func:`machine_key`; machine_text: :func:`machine_summary` (for people).
-        ns: tokens per forward, ascending, starting at 1; times_s: the median seconds of one forward over n
-            tokens after `context_tokens` of context (logits for all n rows, as verification needs them).
+        ns: tokens per forward, ascending, starting at 1; times_s: the seconds of one forward over n tokens after
+            `context_tokens` of context (logits for all n rows, as verification needs them): the rounds' medians
+            smoothed (app.speculative.costs.smooth); medians_s: those medians as measured (empty: not recorded).
         reps: forwards timed per n; measured_at: ISO time; measure_s: seconds the measurement took (loading
             excluded); version: PROFILE_VERSION.
         cpu_wait_share: how long the measuring threads waited for a CPU, per second of the measurement (other
@@ -119,6 +125,7 @@ class CostProfile:
     version: int = PROFILE_VERSION
     cpu_wait_share: float | None = None
     spread: float = 0.0
+    medians_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.ns or self.ns[0] != 1 or len(self.ns) != len(self.times_s) or list(self.ns) != sorted(set(self.ns)):
@@ -167,7 +174,7 @@ class CostProfile:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d["ns"], d["times_s"] = list(self.ns), list(self.times_s)
+        d["ns"], d["times_s"], d["medians_s"] = list(self.ns), list(self.times_s), list(self.medians_s)
         d["key"] = self.key
         return d
 
@@ -176,6 +183,7 @@ class CostProfile:
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         fields["ns"] = tuple(int(n) for n in fields["ns"])
         fields["times_s"] = tuple(float(t) for t in fields["times_s"])
+        fields["medians_s"] = tuple(float(t) for t in fields.get("medians_s", ()))
         return cls(**fields)
 
 

@@ -180,7 +180,7 @@ PROFILE_COLUMNS = (2, 3, 5, 9, 17, 25, 33)
 
 def render_profiles(profiles: Sequence[dict]) -> str:
     """The verify-cost curves of a report's engines: T(1) and V(n) = T(n)/T(1) at a few n (k = n − 1 drafts)."""
-    from app.core.costs import CostProfile
+    from app.core.costs import NARROW, CostProfile
 
     if not profiles:
         return ""
@@ -192,4 +192,9 @@ def render_profiles(profiles: Sequence[dict]) -> str:
     notes = [f"! {p.engine} ({p.precision}) was measured while other processes took its CPU (waited {100 * (p.cpu_wait_share or 0):.0f} % "
              f"of the time; rounds spread {100 * p.spread:.0f} %): used for this run only, not cached; measure it on a quiet machine "
              f"(python -m app profile {p.engine} --force)" for p in ps if p.contended]
+    for p in ps:
+        narrow = [(n, p.v(n)) for n in p.ns if n <= NARROW]
+        if any(b < a for (_, a), (_, b) in zip(narrow, narrow[1:], strict=False)):
+            notes.append(f"{p.engine} ({p.precision}): a wider forward is not always dearer here (" + ", ".join(f"V({n}) {v:.2f}" for n, v in narrow)
+                         + "): measured medians, each off the line beyond its rounds' noise, and priced as such")
     return "\n".join([head, format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows), *notes])

@@ -47,7 +47,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from app.core.costs import verify_at
+from app.core.costs import NARROW, verify_at
 
 __all__ = [
     "CAL_K",
@@ -551,9 +551,9 @@ def _verifies(prompts: Sequence[PromptCal], verify: Sequence[float]) -> list[tup
 def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float | None:
     """How much dearer this run's verifies were than the cost profile says: the s of V'(n) = 1 + s·(V(n) − 1) that
     fits the calibration lanes' measured verify times (over the baseline's one-token forward on the same prompt,
-    summed over every decode step that verified more than one token). None: no such step, or a fit that is not
-    positive — verifies reading cheaper than one forward are timing noise (tiny models), not a cost curve. A profile
-    measured on a busier (or quieter) machine than this run's is so corrected with this run's own measurements."""
+    summed over every decode step that verified more than one token): the one figure the finder's summary quotes
+    for people (the curve it prices with is :func:`fitted_curve`'s, width by width). None: no such step, or no
+    positive ratio to quote (the verifies, or the profile's V(n) − 1, not above one forward in sum)."""
     obs = _verifies(prompts, verify)
     num, den = sum(r for _, r, _ in obs), sum(x for _, _, x in obs)
     return num / den if den > 0 and num > 0 else None
@@ -566,29 +566,35 @@ FIT_PRIOR = 1.0
 
 
 def fitted_curve(prompts: Sequence[PromptCal], verify: Sequence[float]) -> tuple[tuple[float, ...], float | None]:
-    """The verify curve this run measured: at each n the profile's cost above one forward, scaled by the calibration
-    lanes' verifies of about that width — s(n) = Σ w·(t/T(1) − 1) / Σ w·(V(m) − 1) over the verifies of m tokens,
-    w = exp(−(ln m − ln n)² / 2·FIT_BANDWIDTH²), with the run's overall scale (:func:`verify_scale`) worth FIT_PRIOR
-    verifies at every n — made non-decreasing. Returns (curve, overall scale); the profile as it is where nothing fits.
+    """The verify curve this run measured: at each n the profile's V(n) plus (n − 1) times the extra cost per token
+    that the calibration lanes' verifies of about that width showed over the profile —
+    δ(n) = Σ w·(t/T(1) − V(m)) / Σ w·(m − 1) over the verifies of m tokens, w = exp(−(ln m − ln n)² / 2·FIT_BANDWIDTH²),
+    with the run's overall δ (over every verify) worth FIT_PRIOR verifies of n tokens — made non-decreasing past
+    NARROW tokens (a narrower forward may cost less than a wider one: the profile's smoothing keeps such a shape,
+    and so does this fit). Never below half the profile's V(n). Returns (curve, :func:`verify_scale` for people);
+    the profile as it is where nothing was verified.
 
     One scale for every width was not enough: on 4 Spec-Bench prompts (2 CPU cores) the calibration's verifies cost
     1.48 and 1.81 one-token forwards at 5 and 9 tokens where the profile said 1.17 and 1.31, but 2.42 at 25 where it
     said 2.02 — a single scale (1.71) fit to them all, dominated by the 25-token verifies, priced the 5–12-token
-    setups that win 10–13 % too fast."""
-    s_all = verify_scale(prompts, verify)
-    if s_all is None:
+    setups that win 10–13 % too fast. On a straight profile this fit equals scaling V(n) − 1 by the verifies'
+    weighted ratio; it also holds where V(n) − 1 is 0 or negative (a profile with V(3) < 1), which a ratio cannot."""
+    obs = _verifies(prompts, verify)
+    if not obs:
         return tuple(verify), None
-    obs = [(math.log(m), r, xm) for m, r, xm in _verifies(prompts, verify)]
+    excess = [(math.log(m), r - xm, m - 1) for m, r, xm in obs]  # (ln m, cost above the profile's, tokens above one)
+    d_all = sum(e for _, e, _ in excess) / sum(t for _, _, t in excess)
     out = [verify[0] if verify else 1.0]
     for n in range(2, len(verify) + 1):
-        x, ln = verify_at(verify, n) - 1.0, math.log(n)
-        num, den = FIT_PRIOR * s_all * x, FIT_PRIOR * x
-        for lm, r, xm in obs:
+        vn, ln = verify_at(verify, n), math.log(n)
+        num, den = FIT_PRIOR * (n - 1) * d_all, FIT_PRIOR * (n - 1)
+        for lm, e, t in excess:
             w = math.exp(-((lm - ln) ** 2) / (2 * FIT_BANDWIDTH**2))
-            num += w * r
-            den += w * xm
-        out.append(max(out[-1], 1.0 + (num / den) * x if den > 0 else verify[n - 1]))
-    return tuple(out), s_all
+            num += w * e
+            den += w * t
+        v = max(0.5 * vn, vn + (n - 1) * num / den)
+        out.append(max(out[-1], v) if n > NARROW else v)
+    return tuple(out), verify_scale(prompts, verify)
 
 
 def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float],

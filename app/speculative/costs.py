@@ -6,14 +6,15 @@ cached; `python -m app profile` and every bench with speculative lanes read it f
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from app.core.costs import PROFILE_NS, CostProfile, load_profile, machine_key, machine_summary, save_profile
+from app.core.costs import NARROW, PROFILE_NS, CostProfile, load_profile, machine_key, machine_summary, save_profile
 from app.core.cpuwait import CpuWait
 
-__all__ = ["PROFILE_TEXT", "profile_key_parts", "profile_key", "profilable", "measure_profile", "smooth", "isotonic", "cached_or_measure"]
+__all__ = ["PROFILE_TEXT", "profile_key_parts", "profile_key", "profilable", "measure_profile", "smooth", "isotonic", "median_error", "NARROW", "NARROW_ROUNDS", "cached_or_measure"]
 
 #: The context a profile's forwards follow (any text: only its length matters for the cost).
 PROFILE_TEXT = (
@@ -53,6 +54,15 @@ def profile_key(engine) -> str:
     return f"{p['engine']}-{p['backend']}-{p['precision']}-{p['device']}-{p['weights']}-{p['machine']}"
 
 
+#: rounds a narrow forward is timed at least (more than the wide ones when the budget allows: they are cheap, and
+#: whether one is off its line is decided from its rounds' spread)
+NARROW_ROUNDS = 11
+#: a narrow forward keeps its own median where it is off the line by more than KEEP_Z standard errors of that median
+#: and more than KEEP_REL of the line
+KEEP_Z = 3.0
+KEEP_REL = 0.03
+
+
 def measure_profile(
     engine,
     *,
@@ -64,15 +74,18 @@ def measure_profile(
 ) -> CostProfile:
     """Time one forward over n tokens (logits for every row, as verification needs) after `context_tokens` of
     context, for each n; the median of `reps` rounds after a warm-up round. Rounds alternate ascending and
-    descending n so that a drift in machine speed does not bend the curve; the medians are then smoothed
-    (:func:`smooth`), as V(n) divides by T(1) and one noisy point would tilt the whole curve.
+    descending n so that a drift in machine speed does not bend the curve; the one-token forward is timed right after
+    another (untimed) one, as a decode step follows a decode step. When `reps` is None, the forwards of at
+    most NARROW tokens get extra rounds (up to NARROW_ROUNDS, within another `budget_s`). The medians are then
+    smoothed (:func:`smooth`), as V(n) divides by T(1) and one noisy point would tilt the whole curve; the profile
+    keeps them too (`medians_s`).
 
     Args:
         engine: a loaded engine with `new_state()` (hf, llamacpp).
         ns: tokens per forward; must start at 1.
         context_tokens: context before the timed forwards (capped to fit the engine's context window).
         reps: timed rounds; None: as many as fit `budget_s` after the warm-up round (3 … 15).
-        budget_s: seconds the timed rounds may take when `reps` is None.
+        budget_s: seconds the timed rounds may take when `reps` is None (and the narrow forwards' extra rounds).
         progress: `progress(task, done, total, unit)`.
 
     Returns:
@@ -94,18 +107,25 @@ def measure_profile(
     state.forward(ctx, last_only=True)
     base = state.length
     times: dict[int, list[float]] = {n: [] for n in ns}
+    narrow = [n for n in ns if n <= NARROW]
     task = f"profile {engine.name} ({engine.dtype}): one forward over 1…{ns[-1]} tokens"
     n_rounds = 1 + (reps if reps is not None else 3)
+    extra = 0  # rounds of the narrow forwards only, after the full ones
     done = 0
     r = 0
     t_start = time.perf_counter()
-    while r < n_rounds:
+    narrow_s = 0.0  # the warm-up round's time in narrow forwards
+    while r < n_rounds + extra:
         if r == 1 and reps is None:  # the warm-up round tells what a round costs
             per_round = time.perf_counter() - t_start
             n_rounds = 1 + max(3, min(15, int(budget_s / max(per_round, 1e-6))))
-        total = n_rounds * len(ns)
-        order = ns if r % 2 == 0 else list(reversed(ns))
-        for n in order:
+            extra = max(0, min(NARROW_ROUNDS - (n_rounds - 1), int(budget_s / max(narrow_s, 1e-6))))
+        total = n_rounds * len(ns) + extra * len(narrow)
+        order = ns if r < n_rounds else narrow
+        for n in order if r % 2 == 0 else list(reversed(order)):
+            if n == 1:  # as in decoding, a one-token forward after another (after a wider one it read 5 % faster here)
+                state.forward(cont[:1], keep=1)
+                state.crop(base)
             sync()
             t0 = time.perf_counter()
             state.forward(cont[:n], keep=n)
@@ -114,16 +134,20 @@ def measure_profile(
             state.crop(base)
             if r > 0:  # round 0 warms up (oneDNN primitives, llama.cpp graphs)
                 times[n].append(dt)
+            elif n <= NARROW:
+                narrow_s += dt
             done += 1
             progress(task, done, total, "forwards")
         r += 1
     p = profile_key_parts(engine)
     wall = time.perf_counter() - t_start
     waited = waits.read()
+    medians = [statistics.median(times[n]) for n in ns]
     return CostProfile(
         engine=p["engine"], backend=p["backend"], precision=p["precision"], device=p["device"], weights=p["weights"], machine=p["machine"],
         ns=tuple(ns),
-        times_s=smooth([statistics.median(times[n]) for n in ns], ns),
+        times_s=smooth(medians, ns, rounds=[times[n] for n in ns]),
+        medians_s=tuple(medians),
         context_tokens=len(ctx),
         reps=n_rounds - 1,
         machine_text=machine_summary(),
@@ -143,11 +167,46 @@ def _spread(xs: Sequence[float]) -> float:
     return (q[2] - q[0]) / med if med > 0 else 0.0
 
 
-def smooth(medians: Sequence[float], ns: Sequence[int], narrow: int = 8) -> tuple[float, ...]:
-    """Medians of forward times → the profile's times: below `narrow` tokens a CPU forward costs a fixed part (the
-    weights read) plus a per-token part, so those points are replaced by their robust line (T(1), the
-    divisor of every V(n), then rests on several measurements instead of one); then the whole is made
-    non-decreasing in n (:func:`isotonic`), as a wider forward never costs less."""
+def median_error(xs: Sequence[float]) -> float:
+    """The standard error of the median of these values (1.2533 σ / √r, σ from the interquartile range as for a
+    normal spread); infinite for fewer than 4, whose spread says nothing."""
+    if len(xs) < 4:
+        return math.inf
+    q = statistics.quantiles(xs, n=4)
+    return 1.2533 * (q[2] - q[0]) / 1.349 / math.sqrt(len(xs))
+
+
+def _off_the_line(rounds: Sequence[Sequence[float]], line: Sequence[float]) -> list[bool]:
+    """Which narrow forwards are off their line beyond noise. Each round is first put on the rounds' common level
+    (its narrow forwards' median over theirs across rounds), so that the machine's drift between rounds — which
+    moves every n of a round together — is not read as noise; then n is off where the median of its rounds'
+    relative deviations from the line exceeds KEEP_Z standard errors of that median and KEEP_REL."""
+    r = min(len(x) for x in rounds)
+    if r < 4:
+        return [False] * len(line)
+    level = [statistics.median(x[j] for x in rounds) for j in range(r)]
+    common = statistics.median(level)
+    out = []
+    for x, ln in zip(rounds, line, strict=True):
+        dev = [x[j] * common / level[j] / ln - 1.0 for j in range(r)]
+        d = statistics.median(dev)
+        out.append(abs(d) > KEEP_Z * median_error(dev) and abs(d) > KEEP_REL)
+    return out
+
+
+def smooth(medians: Sequence[float], ns: Sequence[int], narrow: int = NARROW,
+           rounds: Sequence[Sequence[float]] | None = None) -> tuple[float, ...]:
+    """Medians of forward times → the profile's times. Below `narrow` tokens a CPU forward costs a fixed part (the
+    weights read) plus a per-token part, so those points are replaced by their robust line (T(1), the divisor of
+    every V(n), then rests on several measurements instead of one) — except a point whose own rounds put it off
+    the line beyond their noise (:func:`_off_the_line`), which keeps its median: a GEMM kernel can be slower for 2
+    rows than for 5 (oneDNN on AVX-512: V(2) = 1.23, V(5) = 0.78, resources/bench/narrow_forwards.py), and a curve
+    that hid it would misprice every short verify. From the last narrow point on, the curve is made non-decreasing
+    (:func:`isotonic`): a wide forward's cost grows with its tokens, and its noise is smoothed.
+
+    Args:
+        medians: one median per n; ns: ascending, from 1; narrow: the widest forward smoothed by the line;
+        rounds: each n's timed rounds, the narrow ones round by round alike (None: every narrow point takes the line)."""
     xs = [float(n) for n in ns if n <= narrow]
     ys = list(medians[: len(xs)])
     out = list(medians)
@@ -156,7 +215,12 @@ def smooth(medians: Sequence[float], ns: Sequence[int], narrow: int = 8) -> tupl
         slope = max(0.0, statistics.median(slopes))
         icpt = statistics.median(y - slope * x for x, y in zip(xs, ys, strict=True))
         if icpt + slope > 0:
-            out[: len(xs)] = [icpt + slope * x for x in xs]
+            line = [icpt + slope * x for x in xs]
+            keep = _off_the_line(rounds[: len(xs)], line) if rounds is not None else [False] * len(xs)
+            out[: len(xs)] = [y if k else ln for y, ln, k in zip(ys, line, keep, strict=True)]
+            if any(keep):
+                start = len(xs) - 1
+                return tuple(out[:start]) + isotonic(out[start:])
     return isotonic(out)
 
 

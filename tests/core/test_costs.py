@@ -106,3 +106,13 @@ def test_a_profile_measured_under_contention_is_flagged_and_named_in_the_table()
     assert not old.contended  # a profile cached before these fields reads as it was
     text = render_profiles([CostProfile(**base, cpu_wait_share=0.4, spread=0.1).to_json()])
     assert "e (hf float32) !" in text and "waited 40 % of the time" in text and "not cached" in text
+
+
+def test_the_table_says_where_a_wider_forward_is_cheaper():
+    from app.core.costs import CostProfile
+    from app.core.report_text import render_profiles
+
+    base = dict(engine="e", backend="hf", precision="float32", device="cpu", weights="w", machine="m", ns=(1, 2, 3, 5))
+    text = render_profiles([CostProfile(**base, times_s=(0.10, 0.12, 0.09, 0.09)).to_json()])
+    assert "not always dearer here (V(1) 1.00, V(2) 1.20, V(3) 0.90, V(5) 0.90)" in text
+    assert "not always dearer" not in render_profiles([CostProfile(**base, times_s=(0.10, 0.11, 0.12, 0.14)).to_json()])

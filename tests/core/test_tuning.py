@@ -201,6 +201,28 @@ def test_each_width_is_priced_by_the_verifies_of_about_that_width():
     assert fitted_curve([prompt([CalStep(0, 0)] * 3)], STEEP) == (STEEP, None)
 
 
+def test_a_curve_with_a_dear_two_token_forward_keeps_its_shape():
+    """A profile where 2 tokens cost 1.2 forwards and 3–6 cost less than one (oneDNN's blocking on AVX-512): a run
+    whose verifies cost just that leaves the curve as it is (a ratio to V(n) − 1 could not, with V(n) − 1 ≤ 0);
+    a run whose narrow verifies cost 0.1 forward more per token than the profile says moves them by that, V(3) still
+    below V(2), and the wide widths it did not verify follow the run's overall excess."""
+    shape = (1.0, 1.2, 0.9, 0.88, 0.85, 0.86, 0.95, 1.03)
+    curve = shape + tuple(1.03 + 0.05 * (n - 8) for n in range(9, 34))
+
+    def step(n: int, extra: float) -> CalStep:
+        return CalStep(n - 1, n - 2, (0.9,) * (n - 1), verify_s=0.1 * (curve[n - 1] + extra * (n - 1)))
+
+    same = [prompt([step(n, 0.0) for n in (2, 3, 4, 5, 6)] * 4)]
+    fit, _ = fitted_curve(same, curve)
+    assert fit == pytest.approx(curve)
+    dearer = [prompt([step(n, 0.1) for n in (2, 3, 4, 5, 6)] * 4)]
+    fit, _ = fitted_curve(dearer, curve)
+    for n in (2, 3, 4, 5, 6):
+        assert fit[n - 1] == pytest.approx(curve[n - 1] + 0.1 * (n - 1), rel=1e-6)
+    assert fit[2] < fit[1] and fit[20] == pytest.approx(curve[20] + 0.1 * 20)
+    assert all(b >= a for a, b in zip(fit[7:], fit[8:], strict=False))  # past 8 tokens it never falls
+
+
 def test_step_zeros_drafts_cost_their_forwards_and_their_place_in_the_prompts_forward():
     """The calibration's step 0 drafted 10 with the prompt; a k=2 setup would have drafted 2 — its step 0 is shorter
     by 8 draft forwards (0.02 s) and 8 tokens of the prompt's forward (the curve's last slope, 0.05 × T(1) 0.1 s).
