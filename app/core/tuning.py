@@ -835,5 +835,6 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
         return f"loses: {parts}; {alpha}: {tail}"
     if s >= best - 1e-9:
         return f"wins: {parts}; {alpha}" if measured is not None else f"predicted as fast as the winner (not confirmed): {parts}; {alpha}"
-    return f"{s / best:.2f}x the winner: {parts}; {alpha}"
+    r = s / best  # below 1 here: never printed as 1.00 ("1.00x the winner" read as a tie)
+    return f"{r:.2f}x the winner: {parts}; {alpha}" if round(r, 2) < 1.0 else f"{r:.3f}x the winner: {parts}; {alpha}"
 

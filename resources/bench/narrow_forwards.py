@@ -1,8 +1,9 @@
 """One forward over n = 1 … 8 tokens, raw: the medians the cost profile smooths away.
 
-`python -m app profile` fits a line through the narrow points (n ≤ 8) and makes the curve non-decreasing, on the
-assumption that a wider forward never costs less. This prints the medians before that, each over the one-token
-forward, so that a machine where the assumption fails (a GEMM kernel that is slower for 2 rows than for 3) shows it.
+`python -m app profile` replaces the narrow points (n ≤ 8) by their line unless their rounds put them off it beyond
+noise (app.speculative.costs.smooth). This prints the medians before any of that, each over the one-token forward,
+so that a machine where a wider forward costs less (a GEMM kernel slower for 2 rows than for 5) shows it, and the
+profile's `medians_s` can be checked against it.
 
     python resources/bench/narrow_forwards.py --engine qwen2.5-coder-1.5b-instruct --reps 15
 

@@ -164,6 +164,10 @@ def test_why_names_the_parts_that_decide():
     text = why(p, STEEP, best=1.0)
     assert text.startswith("loses") and "V(5)" in text and "c 0.50" in text and "α 0.00" in text
     assert math.isfinite(p.speedup())
+    good = price_candidate(Candidate("draft:d", "draft:d,k=4", 4), [prompt([CalStep(4, 4, (0.9,) * 4)] * 10)], FLAT)
+    assert why(good, FLAT, best=2.48, measured=2.47).startswith("0.996x the winner")  # not "1.00x": it is below it
+    assert why(good, FLAT, best=2.48, measured=2.3).startswith("0.93x the winner")
+    assert why(good, FLAT, best=2.48, measured=2.48).startswith("wins")
 
 
 def test_the_verify_curve_is_scaled_to_the_runs_own_verifies():
