@@ -101,7 +101,8 @@ class CostProfile:
         ns: tokens per forward, ascending, starting at 1; times_s: the seconds of one forward over n tokens after
             `context_tokens` of context (logits for all n rows, as verification needs them): the rounds' medians
             smoothed (app.speculative.costs.smooth); medians_s: those medians as measured (empty: not recorded).
-        reps: forwards timed per n; measured_at: ISO time; measure_s: seconds the measurement took (loading
+        reps: rounds timed of every n (the narrow ones may have had more, up to
+            app.speculative.costs.NARROW_ROUNDS); measured_at: ISO time; measure_s: seconds the measurement took (loading
             excluded); version: PROFILE_VERSION.
         cpu_wait_share: how long the measuring threads waited for a CPU, per second of the measurement (other
             processes had the cores; None: not Linux); spread: how far the timed rounds disagreed (the largest
