@@ -556,7 +556,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     """The finder's report (JSON-ready): candidates ranked, the winner per category, break-even, what was not tried."""
     from app.core.costs import machine_summary
     from app.core.setups import parse_setup
-    from app.core.tuning import DYN_BRANCH, DYN_DEPTH, DYN_NODES, StepPrice, break_even_alpha, verify_for_gain, why, winners
+    from app.core.tuning import DYN_BRANCH, DYN_DEPTH, DYN_NODES, StepPrice, break_even_alpha, verify_gain_text, why, winners
     from app.speculative.drafters import ALTS
 
     verify, scale = f.priced_curve(records)
@@ -617,12 +617,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
     if winner and ranked:
         wp = next((p for p in ranked if label(p.candidate.setup) == winner[1]), ranked[0])
         if wp.alpha is not None and wp.mean_k > 0:
-            n, now, need = verify_for_gain(wp, verify)
-            name = label(wp.candidate.setup)
-            lines.append(f"for {name} to gain another 10 % at its τ {wp.tau:.2f}, verifying its {n} tokens a step would have to cost "
-                         f"V({n}) ≤ {need:.2f} (it costs {now:.2f} here)" if need >= 1.0 else
-                         f"for {name} to gain another 10 %, a cheaper verify alone would not do (its {n} tokens a step would have "
-                         f"to cost less than one forward): it needs longer accepted runs or a cheaper draft")
+            lines.append(verify_gain_text(wp, verify, name=label(wp.candidate.setup)))
     cal, conf = f.calibration, f.confirm
     not_tried = list(f.head_notes)
     if cal is not None:  # drafters whose calibration lanes failed (a head for other weights, a broken file)

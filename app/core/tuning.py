@@ -90,6 +90,7 @@ __all__ = [
     "chain_speedup",
     "break_even_alpha",
     "verify_for_gain",
+    "verify_gain_text",
     "why",
 ]
 
@@ -798,10 +799,27 @@ def break_even_alpha(price: StepPrice, beat: float, ks: Sequence[int] = tuple(ra
 def verify_for_gain(p: Priced, verify: Sequence[float], gain: float = 0.1) -> tuple[int, float, float]:
     """What a cheaper verify would have to cost for a priced setup to go `gain` faster at its own predicted τ:
     (n, V(n) now, V(n) needed), n the tokens its mean step verifies (round(mean k) + 1). The step's other costs
-    (drafting, overhead) stay; a needed V(n) below 1 means no cheaper verify alone can do it."""
+    (drafting, overhead) stay; a needed V(n) below the curve's cheapest forward means no cheaper verify alone can do it
+    (on some CPUs a forward over a few tokens costs less than one over a single token: the curve's minimum, not 1)."""
     n = max(1, round(p.mean_k)) + 1
     now = verify_at(tuple(verify), n)
     return n, now, now - p.units * (1.0 - 1.0 / (1.0 + gain))
+
+
+def verify_gain_text(p: Priced, verify: Sequence[float], gain: float = 0.1, name: str | None = None) -> str:
+    """One sentence on what a cheaper verify would do for a priced setup (:func:`verify_for_gain`): the V(n) it needs,
+    or — where that is below the cheapest forward on the curve (on some CPUs a forward over a few tokens is the
+    cheapest, not the one-token forward) — that it needs longer accepted runs or a cheaper draft instead."""
+    n, now, need = verify_for_gain(p, verify, gain)
+    name, pct = name or p.candidate.setup, round(100 * gain)
+    floor = min(range(1, len(verify) + 1), key=lambda m: verify[m - 1]) if verify else 1
+    cheapest = verify[floor - 1] if verify else 1.0
+    if need >= cheapest:
+        return (f"for {name} to gain another {pct} % at its τ {p.tau:.2f}, verifying its {n} tokens a step would have to cost "
+                f"V({n}) ≤ {need:.2f} (it costs {now:.2f} here)")
+    return (f"for {name} to gain another {pct} %, a cheaper verify alone would not do (its {n} tokens a step would have to cost "
+            f"V({n}) ≤ {need:.2f}, less than any forward measured here: the cheapest, over {floor} token{'s' if floor > 1 else ''}, "
+            f"costs {cheapest:.2f}): it needs longer accepted runs or a cheaper draft")
 
 
 # --- explanations --------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from app.core.tuning import (
     tree_grid,
     tree_nodes,
     verify_for_gain,
+    verify_gain_text,
     verify_scale,
     why,
     winners,
@@ -157,6 +158,18 @@ def test_break_even_acceptance_and_verify_cost():
     p = price_candidate(Candidate("draft:d", "draft:d,k=4", 4), [prompt([CalStep(4, 3, (0.9,) * 4)] * 10)], STEEP)
     n, now, need = verify_for_gain(p, STEEP)
     assert (n, now) == (5, STEEP[4]) and (p.units - now + need) * 1.1 == pytest.approx(p.units) and 1.0 < need < now
+    assert verify_gain_text(p, STEEP, name="k=4").startswith(f"for k=4 to gain another 10 % at its τ {p.tau:.2f}, verifying its 5 tokens a step would have to cost V(5) ≤ {need:.2f}")
+    # a k=4 setup that keeps every draft, c 0.05: for 10 % more its 5-token verify would have to cost 0.96 on FLAT,
+    # below every forward there (the cheapest, one token, 1.00): not a verify's doing. On a curve whose cheapest
+    # forward is over 6 tokens (0.75), from V(5) 0.85 it needs 0.75: below one forward, yet as cheap as one measured
+    fast = [prompt([CalStep(4, 4, (0.9,) * 4)] * 10, c_s=0.005)]
+    flat = verify_gain_text(price_candidate(Candidate("draft:d", "draft:d,k=4", 4), fast, FLAT), FLAT)
+    assert "a cheaper verify alone would not do" in flat and "the cheapest, over 1 token, costs 1.00" in flat
+    dip = (1.0, 1.17, 0.85, 0.79, 0.85, 0.75) + tuple(0.75 + 0.05 * n for n in range(1, 28))
+    p_dip = price_candidate(Candidate("draft:d", "draft:d,k=4", 4), fast, dip)
+    n, now, need = verify_for_gain(p_dip, dip)
+    assert (n, now) == (5, 0.85) and 0.75 < need < 1.0
+    assert verify_gain_text(p_dip, dip).endswith(f"would have to cost V(5) ≤ {need:.2f} (it costs 0.85 here)")
 
 
 def test_why_names_the_parts_that_decide():
