@@ -661,9 +661,11 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
 def verify_note(doc: dict) -> str:
     """One line on how this run's verifies compared with the target's cost profile ("" when not measured)."""
     s, prof, used = doc.get("verify_scale"), doc.get("profile_verify_curve") or [], doc.get("verify_curve") or []
-    if s is None or len(prof) < 9 or len(used) < 9:
+    if len(prof) < 9 or len(used) < 9 or used == prof:
         return ""
-    at = ", ".join(f"V({n}) {prof[n - 1]:.2f} → {used[n - 1]:.2f}" for n in (5, 9, 17, 25) if n <= min(len(prof), len(used)))
+    at = ", ".join(f"V({n}) {prof[n - 1]:.2f} → {used[n - 1]:.2f}" for n in (2, 5, 9, 17, 25) if n <= min(len(prof), len(used)))
+    if s is None:  # no one ratio to quote (verifies that read cheaper than one forward in sum, or a profile below 1)
+        return f"verify cost: this run's verifies moved the cost profile's curve ({at}); priced with this run's"
     return (f"verify cost: this run's verifies cost {s:.2f}x what the cost profile says above one forward ({at}); "
             f"priced with this run's")
 

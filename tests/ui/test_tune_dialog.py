@@ -31,7 +31,8 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     assert "break-even:" in d.summary.toPlainText() and "redrafter:tiny-misfit did not run" in not_tried
     dyn = next(c for c in doc["candidates"] if c["kind"] == "tree" and not c["shape"])  # the best dynamic tree: priced and confirmed
     assert dyn["measured"] and rows.index(dyn["setup"]) >= 0
-    assert ("verify cost:" in d.summary.toPlainText()) == (doc["verify_scale"] is not None)  # the line where a scale was fit
+    # the line where the run's verifies moved the curve
+    assert ("verify cost:" in d.summary.toPlainText()) == (doc["verify_curve"] != doc["profile_verify_curve"])
     assert w.costs.break_even.isVisibleTo(w.costs) and "to beat" in w.costs.break_even.text()
     assert d.use_btn.isEnabled()
     d.use_btn.click()
