@@ -399,9 +399,9 @@ class Finder:
         return out
 
     def priced_curve(self, records: list) -> tuple[tuple[float, ...], float | None]:
-        """The target's verify curve as this run measured it — its profile's, scaled width by width to the
-        calibration lanes' verify times (app.core.tuning.fitted_curve) — and the overall scale (None: nothing to
-        fit, the profile as it is)."""
+        """The target's verify curve as this run measured it — its profile's, moved width by width to the
+        calibration lanes' verify times (app.core.tuning.fitted_curve; the profile as it is where nothing was
+        verified) — and the overall ratio quoted for people (None: none to quote)."""
         from app.core.tuning import fitted_curve
 
         return fitted_curve(records, self.verify_curve() or (1.0,))

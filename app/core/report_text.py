@@ -196,5 +196,5 @@ def render_profiles(profiles: Sequence[dict]) -> str:
         narrow = [(n, p.v(n)) for n in p.ns if n <= NARROW]
         if any(b < a for (_, a), (_, b) in zip(narrow, narrow[1:], strict=False)):
             notes.append(f"{p.engine} ({p.precision}): a wider forward is not always dearer here (" + ", ".join(f"V({n}) {v:.2f}" for n, v in narrow)
-                         + "): measured medians, each off the line beyond its rounds' noise, and priced as such")
+                         + "): priced as measured (a narrow forward off its line beyond its rounds' noise keeps its median)")
     return "\n".join([head, format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows), *notes])

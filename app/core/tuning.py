@@ -31,9 +31,10 @@ step and units per step (:func:`price_candidate`). Speedups pool like the bench'
 wall.
 
 **The verify curve is this run's.** The cost profile is measured once per machine, perhaps while it was busier; the
-calibration lanes' own verify times (over the baseline's forward on the same prompt) scale the profile's cost above
-one forward, V'(n) = 1 + s(n)·(V(n) − 1), each width by the verifies of about that width (:func:`fitted_curve`;
-:func:`verify_scale` is the overall s), and the finder prices with V'.
+calibration lanes' own verify times (over the baseline's forward on the same prompt) move the profile's curve by
+the extra cost per token that verifies of about each width showed, V'(n) = V(n) + (n − 1)·δ(n) (:func:`fitted_curve`;
+on a straight profile the same as scaling V(n) − 1; :func:`verify_scale` is the overall ratio quoted for people),
+and the finder prices with V'.
 
 **Break-even.** :func:`break_even_alpha` is the acceptance a drafter of cost c needs (i.i.d., best k) to beat a
 given speedup with this V; :func:`verify_for_gain` the V(n) a priced setup would need to go 10 % faster.
@@ -853,6 +854,6 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
         return f"loses: {parts}; {alpha}: {tail}"
     if s >= best - 1e-9:
         return f"wins: {parts}; {alpha}" if measured is not None else f"predicted as fast as the winner (not confirmed): {parts}; {alpha}"
-    r = s / best  # below 1 here: never printed as 1.00 ("1.00x the winner" read as a tie)
-    return f"{r:.2f}x the winner: {parts}; {alpha}" if round(r, 2) < 1.0 else f"{r:.3f}x the winner: {parts}; {alpha}"
+    r = s / best  # below 1 here: never printed as a tie (1.00x), 3 decimals rounded down where 2 would say 1.00
+    return f"{r:.2f}x the winner: {parts}; {alpha}" if round(r, 2) < 1.0 else f"{math.floor(r * 1000) / 1000:.3f}x the winner: {parts}; {alpha}"
 

@@ -70,15 +70,16 @@ def measure_profile(
     context_tokens: int = 128,
     reps: int | None = None,
     budget_s: float = 12.0,
+    narrow_reps: int | None = None,
     progress: ProgressFn | None = None,
 ) -> CostProfile:
     """Time one forward over n tokens (logits for every row, as verification needs) after `context_tokens` of
     context, for each n; the median of `reps` rounds after a warm-up round. Rounds alternate ascending and
     descending n so that a drift in machine speed does not bend the curve; the one-token forward is timed right after
-    another (untimed) one, as a decode step follows a decode step. When `reps` is None, the forwards of at
-    most NARROW tokens get extra rounds (up to NARROW_ROUNDS, within another `budget_s`). The medians are then
-    smoothed (:func:`smooth`), as V(n) divides by T(1) and one noisy point would tilt the whole curve; the profile
-    keeps them too (`medians_s`).
+    another (untimed) one, as a decode step follows a decode step. The forwards of at most NARROW tokens may get
+    extra rounds of their own, spread evenly between the full ones (so that they sample the same stretch of the
+    machine's drift as the wide forwards). The medians are then smoothed (:func:`smooth`), as V(n) divides by T(1)
+    and one noisy point would tilt the whole curve; the profile keeps them too (`medians_s`).
 
     Args:
         engine: a loaded engine with `new_state()` (hf, llamacpp).
@@ -86,6 +87,8 @@ def measure_profile(
         context_tokens: context before the timed forwards (capped to fit the engine's context window).
         reps: timed rounds; None: as many as fit `budget_s` after the warm-up round (3 … 15).
         budget_s: seconds the timed rounds may take when `reps` is None (and the narrow forwards' extra rounds).
+        narrow_reps: timed rounds of the narrow forwards in all (None: NARROW_ROUNDS as `budget_s` allows when `reps`
+            is None, else `reps`); never fewer than the full rounds.
         progress: `progress(task, done, total, unit)`.
 
     Returns:
@@ -109,8 +112,8 @@ def measure_profile(
     times: dict[int, list[float]] = {n: [] for n in ns}
     narrow = [n for n in ns if n <= NARROW]
     task = f"profile {engine.name} ({engine.dtype}): one forward over 1…{ns[-1]} tokens"
-    n_rounds = 1 + (reps if reps is not None else 3)
-    extra = 0  # rounds of the narrow forwards only, after the full ones
+    n_rounds = 1 + (reps if reps is not None else 3)  # the warm-up round and the full rounds
+    extra = max(0, narrow_reps - (n_rounds - 1)) if narrow_reps is not None else 0  # rounds of the narrow forwards only
     done = 0
     r = 0
     t_start = time.perf_counter()
@@ -119,9 +122,11 @@ def measure_profile(
         if r == 1 and reps is None:  # the warm-up round tells what a round costs
             per_round = time.perf_counter() - t_start
             n_rounds = 1 + max(3, min(15, int(budget_s / max(per_round, 1e-6))))
-            extra = max(0, min(NARROW_ROUNDS - (n_rounds - 1), int(budget_s / max(narrow_s, 1e-6))))
+            want = NARROW_ROUNDS if narrow_reps is None else narrow_reps
+            extra = max(0, min(want - (n_rounds - 1), int(budget_s / max(narrow_s, 1e-6))))
         total = n_rounds * len(ns) + extra * len(narrow)
-        order = ns if r < n_rounds else narrow
+        full = r == 0 or _full_round(r - 1, n_rounds - 1, extra)
+        order = ns if full else narrow
         for n in order if r % 2 == 0 else list(reversed(order)):
             if n == 1:  # as in decoding, a one-token forward after another (after a wider one: fp32 torch 5 % faster, llama.cpp 8 % slower here)
                 state.forward(cont[:1], keep=1)
@@ -156,6 +161,13 @@ def measure_profile(
         cpu_wait_share=round(waited / wall, 4) if waited is not None and wall > 0 else None,
         spread=round(statistics.median(_spread(times[n]) for n in ns), 4),
     )
+
+
+def _full_round(i: int, full: int, extra: int) -> bool:
+    """Whether timed round i (0-based) of `full` full and `extra` narrow-only rounds is a full one: the narrow-only
+    rounds spread evenly between the full ones (Bresenham)."""
+    total = full + extra
+    return (i + 1) * full // total > i * full // total if total else True
 
 
 def _spread(xs: Sequence[float]) -> float:

@@ -73,7 +73,8 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert all(u >= 0.5 * v - 1e-12 for u, v in zip(used, prof, strict=True))
     s = doc["verify_scale"]
     assert (s is None or s > 0) and ("verify cost: this run's verifies cost" in out) == (s is not None)
-    assert "verify cost: this run's verifies" in out and "V(2) " in out
+    note = next(x for x in out.splitlines() if x.startswith("verify cost: this run's verifies"))
+    assert "V(2) " in note and "priced with this run's" in note
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out

@@ -178,9 +178,10 @@ def test_why_names_the_parts_that_decide():
     assert text.startswith("loses") and "V(5)" in text and "c 0.50" in text and "α 0.00" in text
     assert math.isfinite(p.speedup())
     good = price_candidate(Candidate("draft:d", "draft:d,k=4", 4), [prompt([CalStep(4, 4, (0.9,) * 4)] * 10)], FLAT)
-    assert why(good, FLAT, best=2.48, measured=2.47).startswith("0.996x the winner")  # not "1.00x": it is below it
+    assert why(good, FLAT, best=2.48, measured=2.47).startswith("0.995x the winner")  # 0.99597, not "1.00x": it is below it
     assert why(good, FLAT, best=2.48, measured=2.3).startswith("0.93x the winner")
     assert why(good, FLAT, best=2.48, measured=2.48).startswith("wins")
+    assert why(good, FLAT, best=2.48, measured=2.4799).startswith("0.999x the winner")  # rounded down, never 1.000x
 
 
 def test_the_verify_curve_is_scaled_to_the_runs_own_verifies():
