@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from app.core.costs import NARROW, PROFILE_NS, CostProfile, load_profile, machine_key, machine_summary, save_profile
 from app.core.cpuwait import CpuWait
 
-__all__ = ["PROFILE_TEXT", "profile_key_parts", "profile_key", "profilable", "measure_profile", "smooth", "isotonic", "median_error", "NARROW", "NARROW_ROUNDS", "cached_or_measure"]
+__all__ = ["PROFILE_TEXT", "profile_key_parts", "profile_key", "profilable", "measure_profile", "smooth", "isotonic", "median_error", "round_plan", "NARROW", "NARROW_ROUNDS", "cached_or_measure"]
 
 #: The context a profile's forwards follow (any text: only its length matters for the cost).
 PROFILE_TEXT = (
@@ -125,7 +125,7 @@ def measure_profile(
             want = NARROW_ROUNDS if narrow_reps is None else narrow_reps
             extra = max(0, min(want - (n_rounds - 1), int(budget_s / max(narrow_s, 1e-6))))
         total = n_rounds * len(ns) + extra * len(narrow)
-        full = r == 0 or _full_round(r - 1, n_rounds - 1, extra)
+        full = r == 0 or round_plan(n_rounds - 1, extra)[r - 1]
         order = ns if full else narrow
         for n in order if r % 2 == 0 else list(reversed(order)):
             if n == 1:  # as in decoding, a one-token forward after another (after a wider one: fp32 torch 5 % faster, llama.cpp 8 % slower here)
@@ -163,11 +163,11 @@ def measure_profile(
     )
 
 
-def _full_round(i: int, full: int, extra: int) -> bool:
-    """Whether timed round i (0-based) of `full` full and `extra` narrow-only rounds is a full one: the narrow-only
-    rounds spread evenly between the full ones (Bresenham)."""
+def round_plan(full: int, extra: int) -> list[bool]:
+    """The timed rounds of a profile in order, True for a full round: `full` of them and `extra` rounds of the
+    narrow forwards only, spread evenly between the full ones (Bresenham)."""
     total = full + extra
-    return (i + 1) * full // total > i * full // total if total else True
+    return [(i + 1) * full // total > i * full // total for i in range(total)]
 
 
 def _spread(xs: Sequence[float]) -> float:

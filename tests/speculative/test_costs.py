@@ -42,13 +42,13 @@ def test_narrow_forwards_get_extra_rounds_and_their_medians_are_kept(tiny_pair):
     from app.core.costs import NARROW, CostProfile
     from app.engines.hf import HFEngine
     from app.engines.registry import resolve
-    from app.speculative.costs import _full_round, measure_profile
+    from app.speculative.costs import measure_profile, round_plan
 
     engine = HFEngine(resolve(str(tiny_pair[0])))
     seen: list[tuple[float, float]] = []
     p = measure_profile(engine, reps=3, narrow_reps=11, progress=lambda task, done, total, unit: seen.append((done, total)))
     narrow = [n for n in p.ns if n <= NARROW]
     assert seen[-1] == (len(seen), (1 + 3) * len(p.ns) + 8 * len(narrow)) and p.reps == 3
-    assert "".join("F" if _full_round(i, 3, 8) else "n" for i in range(11)) == "nnnFnnnFnnF"
+    assert "".join("F" if f else "n" for f in round_plan(3, 8)) == "nnnFnnnFnnF" and all(round_plan(15, 0))
     assert len(p.medians_s) == len(p.ns) and all(t > 0 for t in p.medians_s)
     assert CostProfile.from_json(p.to_json()) == p  # the medians survive the cache
