@@ -199,7 +199,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     other processes took the CPU is not cached (app.core.costs.CostProfile.contended; the suite may be that busy):
     then the second run measures again, and says so. It also shows what k=auto saved of each target–draft pair, and
     `--forget-kauto` deletes it."""
-    from app.core.costs import CostProfile
+    from app.core.costs import NARROW, CostProfile
     from app.speculative.policy import AutoK, Calibration, save_learnt
 
     t, d = (str(p) for p in tiny_pair)
@@ -215,8 +215,10 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     first = doc["profiles"]
     assert [(m["draft"], m["saved"], m["off"]) for m in doc["kauto_memory"]] == [("tiny-draft", None, False)]
     assert [(p["engine"], p["precision"]) for p in first] == [("tiny-target", "float32"), ("tiny-draft", "int8")]
-    for p in first:
-        assert p["ns"][0] == 1 and p["ns"][-1] == 33 and p["times_s"] == sorted(p["times_s"]) and p["times_s"][0] > 0
+    for p in first:  # past the narrow forwards (n ≤ 8, which keep a median off their line) the curve never falls
+        wide = [t for n, t in zip(p["ns"], p["times_s"], strict=True) if n >= NARROW]
+        assert p["ns"][0] == 1 and p["ns"][-1] == 33 and wide == sorted(wide) and min(p["times_s"]) > 0
+        assert len(p["medians_s"]) == len(p["ns"])
     quiet = [p for p in first if not CostProfile.from_json(p).contended]
     assert len(list((tmp_path / "profiles").glob("*.json"))) == len(quiet)  # what was quiet is cached
     # what a k=auto lane of the pair saves when it ends (app.lanes.draft's key: the two profiles' keys)
