@@ -114,6 +114,7 @@ def measure_profile(
     task = f"profile {engine.name} ({engine.dtype}): one forward over 1…{ns[-1]} tokens"
     n_rounds = 1 + (reps if reps is not None else 3)  # the warm-up round and the full rounds
     extra = max(0, narrow_reps - (n_rounds - 1)) if narrow_reps is not None else 0  # rounds of the narrow forwards only
+    plan = round_plan(n_rounds - 1, extra)  # after the warm-up round: True for a full round
     done = 0
     r = 0
     t_start = time.perf_counter()
@@ -124,9 +125,9 @@ def measure_profile(
             n_rounds = 1 + max(3, min(15, int(budget_s / max(per_round, 1e-6))))
             want = NARROW_ROUNDS if narrow_reps is None else narrow_reps
             extra = max(0, min(want - (n_rounds - 1), int(budget_s / max(narrow_s, 1e-6))))
+            plan = round_plan(n_rounds - 1, extra)
         total = n_rounds * len(ns) + extra * len(narrow)
-        full = r == 0 or round_plan(n_rounds - 1, extra)[r - 1]
-        order = ns if full else narrow
+        order = ns if r == 0 or plan[r - 1] else narrow
         for n in order if r % 2 == 0 else list(reversed(order)):
             if n == 1:  # as in decoding, a one-token forward after another (after a wider one: fp32 torch 5 % faster, llama.cpp 8 % slower here)
                 state.forward(cont[:1], keep=1)
@@ -170,22 +171,25 @@ def round_plan(full: int, extra: int) -> list[bool]:
     return [(i + 1) * full // total > i * full // total for i in range(total)]
 
 
+def _iqr(xs: Sequence[float]) -> float | None:
+    """The interquartile range of these values; None for fewer than 4, whose spread says nothing."""
+    if len(xs) < 4:
+        return None
+    q = statistics.quantiles(xs, n=4)
+    return q[2] - q[0]
+
+
 def _spread(xs: Sequence[float]) -> float:
     """Interquartile range over median of one n's rounds (0 for fewer than 4)."""
-    if len(xs) < 4:
-        return 0.0
-    q = statistics.quantiles(xs, n=4)
-    med = statistics.median(xs)
-    return (q[2] - q[0]) / med if med > 0 else 0.0
+    iqr, med = _iqr(xs), statistics.median(xs) if xs else 0.0
+    return iqr / med if iqr is not None and med > 0 else 0.0
 
 
 def median_error(xs: Sequence[float]) -> float:
     """The standard error of the median of these values (1.2533 σ / √r, σ from the interquartile range as for a
     normal spread); infinite for fewer than 4, whose spread says nothing."""
-    if len(xs) < 4:
-        return math.inf
-    q = statistics.quantiles(xs, n=4)
-    return 1.2533 * (q[2] - q[0]) / 1.349 / math.sqrt(len(xs))
+    iqr = _iqr(xs)
+    return math.inf if iqr is None else 1.2533 * iqr / 1.349 / math.sqrt(len(xs))
 
 
 def _off_the_line(rounds: Sequence[Sequence[float]], line: Sequence[float]) -> list[bool]:
