@@ -348,7 +348,7 @@ class DraftModelDrafter:
         if auto is not None:
             if not self._opening:
                 auto.acceptance.saw_first(q_drafted[0])
-            keep = auto.best_k(cum)
+            keep = auto.best_k(cum, p_next=auto.p_next(q_drafted[-1]), k_cap=k)
             why = auto.explain(cum, keep)
             self._dropped = cum[0] if cum and not keep else None
             drafted, q_drafted, qs, alts = drafted[:keep], q_drafted[:keep], qs[:keep], alts[:keep]

@@ -13,6 +13,17 @@ the first j drafts are all accepted, keeping j drafts is worth 1 + Σ_{l≤j} P_
 j, and drafts one more token only while some continuation would beat stopping now. So a step may draft nothing (the
 lane then decodes like the baseline), and a draft model stops mid-proposal.
 
+That rule prices every token a step leaves undrafted at the lane's average rate λ. Where the text ahead is easy it is
+not: the next step drafts those tokens, at the rate of a step on such text. So a draft model's proposal is valued over
+two steps (:meth:`AutoK.stop_value`): keeping j drafts is worth their gain plus, with probability P_{j+1} (the target's
+own token after them is the draft's next one), the excess over an average step of a next step that drafts on from
+there, S⁺ = max(0, 1 + max_m [Σ_{l≤m} Q_l − λ·(V(m + 1) + m·c + o)]) — the tokens already drafted at their calibrated
+acceptance, those not yet drafted at p̂. On steady text a step's excess is 0 and the rule is the one above; before an
+unsure draft followed by confident ones, stopping now and drafting the confident tail in the next step can beat
+betting the whole tail on the unsure one (math-1: a draft of confidence 0.5–0.8 after two confident ones, rejected in
+three steps running; replayed, the policy now drafts 72 tokens to keep 40 where it drafted 86:
+resources/bench/README.md, "Two steps ahead").
+
 Acceptance is estimated where it is decided, from the target's verdicts:
 
 * a drafted token: its draft probability q, calibrated against what the target kept (:class:`Calibration`);
@@ -46,6 +57,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from app.core.costs import CostProfile, profiles_dir
 from app.core.paths import write_json_atomically
@@ -230,6 +243,8 @@ class AutoK:
         self._units = 0.0
         self.last_why = ""
         self.answers = 0  # lanes (answers) whose verdicts this state holds: counted when a lane ends
+        self._decode_price: StepPrice | None = None  # the decode steps' price while step 0's is in force (riding_on_the_prompt)
+        self._v_cache: dict[int, tuple[StepPrice, np.ndarray]] = {}
 
     # --- costs (units of T(1)) ----------------------------------------------------------------------------
     def t(self, n: int) -> float:
@@ -277,10 +292,65 @@ class AutoK:
         """Value of keeping the first j drafts (without sunk drafting): Σ_{l≤j} P_l − λ·V(j + 1)."""
         return expected_tokens(cum, j) - 1.0 - lam * self.t(j + 1)
 
-    def best_k(self, cum: list[float]) -> int:
-        """How many of the drafted tokens to verify, given P_1 … P_i."""
+    def best_k(self, cum: list[float], p_next: float | None = None, k_cap: int | None = None) -> int:
+        """How many of the drafted tokens to verify, given P_1 … P_i: with `p_next` (p̂, the acceptance expected of the
+        draft after the last one) valued over two steps (:meth:`stop_value`, the next step drafting at most `k_cap`,
+        default k_max); without it (a lookup drafter, which proposes no confidences) by this step's gain alone."""
+        if p_next is not None:
+            return self.stop_value(cum, p_next, self.k_max if k_cap is None else k_cap)[1]
         lam = self.rate
         return max(range(len(cum) + 1), key=lambda j: (self._gain(cum, j, lam), -j))
+
+    def next_step_excess(self, conds: list[float], lam: float) -> float:
+        """S⁺: how much more than an average step (whose tokens − λ·units is 0 at the rate λ) a next step is worth whose
+        drafts would be kept with these conditional probabilities — 1 + max_m [Σ_{l≤m} Q_l − λ·(V(m + 1) + m·c + o)],
+        Q_l the product of the first l — never below 0 (the next step need not draft them). Priced as a decode step
+        even while step 0's price is in force."""
+        return float(self._excesses(np.asarray([conds], dtype=float), lam)[0]) if conds else self._excesses(np.ones((1, 0)), lam)[0]
+
+    def _excesses(self, tails: np.ndarray, lam: float) -> np.ndarray:
+        """next_step_excess of each row of `tails` (conditional acceptances, one next step per row), vectorised: the
+        decisions of a 32-draft step took 10 ms in pure Python, as long as a GPU's decode step."""
+        price = self._decode_price or self.price
+        m = tails.shape[1]
+        best = np.full(tails.shape[0], -lam * price.v(1))
+        if m:
+            have = np.cumsum(np.cumprod(tails, axis=1), axis=1)
+            cost = self._verify_units(price, m + 1)[1:] + np.arange(1, m + 1) * price.c
+            best = np.maximum(best, (have - lam * cost).max(axis=1))
+        return np.maximum(0.0, 1.0 - lam * price.o + best)
+
+    def _verify_units(self, price: StepPrice, n: int) -> np.ndarray:
+        """V(1) … V(n) of `price`, kept while the price object is the same (observe() replaces it once a step)."""
+        got = self._v_cache.get(id(price))
+        if got is None or got[0] is not price or len(got[1]) < n:
+            got = (price, np.array([price.v(k) for k in range(1, max(n, AUTO_K_MAX + 2) + 1)]))
+            if len(self._v_cache) > 4:
+                self._v_cache.clear()
+            self._v_cache[id(price)] = got
+        return got[1][:n]
+
+    def stop_value(self, cum: list[float], p_next: float, k_cap: int, lam: float | None = None) -> tuple[float, int]:
+        """The value of drafting no more, and the best number of drafts to keep: max over j of this step's gain with j
+        drafts plus P_{j+1} times the next step's excess (:meth:`next_step_excess`) when it drafts on after the target's
+        token — the drafts j + 2 … i already made (their conditionals from `cum`) and then tokens at `p_next`, at most
+        `k_cap`. Ties keep fewer drafts."""
+        lam = self.rate if lam is None else lam
+        i = len(cum)
+        c = np.asarray(cum, dtype=float)
+        conds = c / np.concatenate(([1.0], c[:-1])) if i else c
+        conds = np.nan_to_num(conds, nan=0.0, posinf=0.0)
+        # row j: the conditionals of drafts j + 2, j + 3, … (index j + 1 + l), then p_next
+        idx = np.arange(i + 1)[:, None] + 1 + np.arange(k_cap)[None, :]
+        tails = np.where(idx < i, conds[np.minimum(idx, max(i - 1, 0))] if i else 0.0, p_next)
+        reach = np.append(c, (c[-1] if i else 1.0) * p_next)  # P_{j+1}
+        gain = np.concatenate(([0.0], np.cumsum(c))) - lam * self._verify_units(self.price, i + 1)  # _gain(cum, j, lam)
+        value = gain + reach * self._excesses(tails, lam)
+        best, arg = -math.inf, 0
+        for j, v in enumerate(value.tolist()):
+            if v > best + 1e-12:
+                best, arg = v, j
+        return best, arg
 
     def catch_up_units(self, feed: int) -> float:
         """Extra units of a draft forward over `feed` tokens (catching up) beyond a one-token forward."""
@@ -295,8 +365,9 @@ class AutoK:
         return self.acceptance.p_first(self.start) if q_last is None else self.acceptance.p_after(q_last)
 
     def worth_drafting_more(self, cum: list[float], k_cap: int, p_next: float | None = None, extra: float = 0.0) -> bool:
-        """Whether drafting (at least) one more token can beat verifying the best subset of those drafted so far:
-        some m ≥ 1 with Σ_{l≤i} P_l + Σ_{l=1..m} P_i·p̂^l − λ·(V(i + m + 1) + m·c + extra) > the best keep value
+        """Whether drafting (at least) one more token can beat drafting no more, both valued over two steps: some
+        m ≥ 1 with Σ_{l≤i} P_l + Σ_{l=1..m} P_i·p̂^l − λ·(V(i + m + 1) + m·c + extra) + P_i·p̂^(m+1)·S⁺(p̂) > the value
+        of stopping now (:meth:`stop_value`; S⁺(p̂): the excess of a next step drafting at p̂, :meth:`next_step_excess`)
         (extra: units of a draft catching up over several tokens first; p̂: `p_next`, default the estimate at the
         start of a step)."""
         i = len(cum)
@@ -304,18 +375,13 @@ class AutoK:
             return False
         lam = self.rate
         p = self.p_next(None) if p_next is None else p_next
-        stop_value = max(self._gain(cum, j, lam) for j in range(i + 1))
-        have = sum(cum)
-        last = cum[-1] if cum else 1.0
-        more = 0.0
-        for m in range(1, k_cap - i + 1):
-            last *= p
-            more += last
-            if have + more - lam * (self.t(i + m + 1) + m * self.d + extra) > stop_value + 1e-12:
-                return True
-            if last < 1e-4:
-                break
-        return False
+        stop_value = self.stop_value(cum, p, k_cap, lam)[0]
+        excess = self.next_step_excess([p] * k_cap, lam)
+        m = np.arange(1, k_cap - i + 1)
+        last = (cum[-1] if cum else 1.0) * p ** m  # P_{i+m}
+        cost = self._verify_units(self.price, k_cap + 1)[i + 1:] + m * self.d + extra  # V(i + m + 1) + m·c + extra
+        value = sum(cum) + np.cumsum(last) - lam * cost + last * p * excess
+        return bool((value > stop_value + 1e-12).any())
 
     def worth_a_look(self, cal: Calibration, k_cap: int, extra: float = 0.0) -> bool:
         """Whether drafting one token only to see its confidence pays, when drafting blind does not
@@ -363,10 +429,11 @@ class AutoK:
         n = len(v)
         slope = max(0.0, (v[-1] - v[max(0, n - 9)]) / max(1, min(8, n - 1))) if n > 1 else 0.0
         self.price = replace(saved, verify=tuple(1.0 + slope * j for j in range(max(n, 2))))
+        self._decode_price = saved  # the next step is a decode step (next_step_excess)
         try:
             yield
         finally:
-            self.price = saved
+            self.price, self._decode_price = saved, None
 
     def can_ever_pay(self, k_cap: int) -> bool:
         """Whether drafting could beat plain decoding even if every draft were accepted."""

@@ -132,8 +132,14 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             cs.append(price.c)
             os_.append(price.o)
             # the draft reading the prompt: what the calibration's step 0 took beyond the target's prompt forward and its drafts
+            # (the baseline's step 0 stands for the target's prompt forward); the target's prompt forward: the rest of it —
+            # so that, as for the fixed setups priced from the same lane (app.core.tuning.price_candidate), step 0 is the
+            # calibration lane's, its drafts replaced by k=auto's: a baseline whose own prompt forward ran slow or fast
+            # (3.5 s against the lane's 1.4 s on qa-2) moves neither
             per_draft = lane.draft_s_per_forward + price.marginal_verify() * t1
-            read_s = max(0.0, lane.prefill_s - pc.base_prefill_s - (lane.step0.offered if lane.step0 else 0) * per_draft)
+            own_s = max(0.0, lane.prefill_s - (lane.step0.offered if lane.step0 else 0) * per_draft)
+            read_s = max(0.0, own_s - pc.base_prefill_s)
+            prompt_s = own_s - read_s
             seq = positions(lane)
             n_prompt = PROMPT_LEN
             auto = AutoK(target, draft=draft)
@@ -157,7 +163,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 if prop.forwards and not read:
                     t_draft, read, rs = t_draft + read_s, True, read_s
                 if n_gen == 0:  # step 0: the prompt's forward verifies the drafts
-                    wall += pc.base_prefill_s + t_draft + k * price.marginal_verify() * t1
+                    wall += prompt_s + t_draft + k * price.marginal_verify() * t1
                 else:
                     t_v = price.v(k + 1) * t1
                     w = t_v + t_draft + price.o * t1

@@ -88,7 +88,7 @@ def main() -> int:
             if not args.prompts:
                 ap.error(f"{path} does not exist: give --prompts to calibrate on")
             print(f"machine: {machine_summary()}", flush=True)
-            records, curve, scale, draft_curve, profiles = calibrate(TARGET, DRAFT, args.prompts, args.tokens, args.dtype)
+            records, curve, scale, draft_curve, profiles, _heads = calibrate(TARGET, DRAFT, args.prompts, args.tokens, args.dtype)
             doc = dict(records=records, curve=curve, scale=scale, draft_curve=draft_curve, profiles=profiles, machine=machine_summary())
             if path is not None:
                 path.write_bytes(pickle.dumps(doc))

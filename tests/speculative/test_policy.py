@@ -47,6 +47,46 @@ def test_long_drafts_on_a_flat_curve_stop_where_acceptance_falls():
     assert not auto.worth_drafting_more(cum[:3], 3)  # the cap
 
 
+def test_a_proposal_is_valued_over_two_steps_so_a_confident_tail_is_not_bet_on_an_unsure_draft():
+    """Stopping before an unsure draft leaves the tokens after it to the next step, which drafts them at the rate of
+    a step on easy text — not at the lane's average rate λ, as the one-step rule prices them (math-1: 17 drafts bet
+    on a draft of confidence 0.5–0.8, rejected three steps running)."""
+    line = curve(lambda n: 1.0 + 0.06 * (n - 1), t1=0.25)
+    auto = AutoK(line, draft_s=0.25 * 0.13)  # c = 0.13, as the int8 0.5B draft for the fp32 1.5B target
+    auto._tok, auto._units = 18.0, 10.0  # λ = 1.8 tokens a unit
+    lam = auto.rate
+    cum = [1.0, 1.0, 0.4]  # two sure drafts, then one kept with probability 0.4; the next expected at p̂ = 0.95
+    one_step = max(auto._gain(cum, j, lam) for j in range(len(cum) + 1))
+    # the one-step rule: some run of further drafts beats stopping now
+    assert any(sum(cum) + sum(0.4 * 0.95 ** m for m in range(1, n + 1)) - lam * (auto.t(3 + n + 1) + n * auto.d) > one_step
+               for n in range(1, 29))
+    # over two steps it does not: stopping now is worth the next step's start on the confident tail as well
+    assert not auto.worth_drafting_more(cum, 32, p_next=0.95)
+    value, keep = auto.stop_value(cum, 0.95, 32)
+    assert value > one_step and keep == 3
+    # where the draft after the last is unlikely to be kept, nothing is owed to the next step: the one-step choice
+    assert auto.best_k(cum, p_next=0.0) == auto.best_k(cum)
+    # a rate no step can beat: no next step is worth more than an average one, and both rules agree
+    auto._tok = 1000.0
+    assert auto.next_step_excess([0.95] * 32, auto.rate) == 0.0
+    for c in ([0.9, 0.8, 0.3], [0.99] * 10, [0.5, 0.1]):
+        assert auto.best_k(c, p_next=0.95) == auto.best_k(c)
+
+
+def test_the_next_steps_excess_is_priced_as_a_decode_step():
+    """S⁺ = max(0, 1 + max_m [Σ_{l≤m} Q_l − λ·(V(m + 1) + m·c + o)]), on literal numbers; step 0's price (drafts riding
+    on the prompt's forward) does not apply to it."""
+    bent = curve(lambda n: 1.0 + 0.5 * (n - 1) if n <= 3 else 2.0 + 0.1 * (n - 3))
+    auto = AutoK(bent, draft_s=0.0)  # V(2) 1.5, V(3) 2, V(5) 2.2; c = 0, o = 0; λ = 1
+    assert auto.rate == 1.0
+    assert auto.next_step_excess([], 1.0) == 0.0  # drafting nothing is an average step at the baseline's rate
+    assert auto.next_step_excess([1.0, 0.5], 1.0) == pytest.approx(0.5)  # 1 + max(−1, 1 − 1.5, 1.5 − 2)
+    assert auto.next_step_excess([1.0] * 4, 1.0) == pytest.approx(1.0 + 4 - 2.2)  # m = 4: 4 − V(5)
+    with auto.riding_on_the_prompt():
+        assert auto.t(3) == pytest.approx(1.2)  # step 0 prices drafts at the curve's last slope …
+        assert auto.next_step_excess([1.0, 0.5], 1.0) == pytest.approx(0.5)  # … the next step is a decode step
+
+
 def test_costs_are_learnt_as_ratios_so_a_uniform_slowdown_changes_no_decision():
     """c and o are learnt relative to each step's own verify time, λ over the modelled units: a machine that becomes
     three times slower for a while (another process took the cores) leaves every estimate and decision as it was."""

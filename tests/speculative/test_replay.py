@@ -53,6 +53,20 @@ def test_the_replayed_policy_drafts_long_where_drafts_are_kept_and_stops_where_t
     assert k24.speedup() < 0.6 < bad.speedup()
 
 
+def test_the_replayed_policy_does_not_bet_a_confident_tail_on_an_unsure_draft():
+    """math-1's pattern: each step two confident drafts are kept and an unsure one (0.55) is rejected, with confident
+    drafts after it. Valued over two steps (AutoK.stop_value) the lane stops near the unsure draft; valued by one step
+    it drafted the whole tail every time (223 drafts, 0.92x the baseline, where this drafts 119 for 1.34x)."""
+    bet = prompt("bet", [CalStep(24, 2, (0.99, 0.99, 0.55) + (0.99,) * 21) for _ in range(16)])
+    counts: dict = {}
+    auto = replay_auto([bet], D, AUTO, TARGET, DRAFT, CURVE, counts=counts)
+    steps, drafted, kept = counts["bet"]
+    assert kept == 31 and drafted < 160 and auto.speedup() > 1.2
+    # the fixed rules on the same records: a cumulative stop of 0.5 bets the tail as well, k=3 does not
+    cstop = price_candidate(Candidate(D, "draft:d,k=24,cstop=0.5,dtype=int8", 24, 0.0, 0.5), [bet], CURVE)
+    assert cstop.speedup() < auto.speedup()
+
+
 def test_a_replay_is_repeatable_and_leaves_real_lanes_memory_alone():
     """The same records give the same price; what the replayed policy learnt is not what the next real lane of the
     pair starts from (policy.recall)."""
@@ -81,6 +95,22 @@ def test_prompts_replayed_one_call_at_a_time_under_one_memory_are_one_worker():
         policy.forget(key)
     assert second.pred_wall_s["h1"] == pytest.approx(together.pred_wall_s["h1"])
     assert policy.recall(key) is None
+
+
+def test_step_0_is_the_calibration_lanes_as_for_a_fixed_setup_whatever_the_baselines_prompt_forward_took():
+    """k=auto's step 0 is priced from the calibration lane's, as fixed setups are (price_candidate): a baseline whose
+    own prompt forward ran slow (qa-2: 3.5 s against the lane's 1.4 s) moved k=auto alone by the difference."""
+    from dataclasses import replace
+
+    walls = {}
+    for base_prefill in (0.5, 1.0, 3.0):
+        pc = replace(easy(), base_prefill_s=base_prefill)
+        auto = replay_auto([pc], D, AUTO, TARGET, DRAFT, CURVE)
+        k24 = price_candidate(Candidate(D, "draft:d,k=24,dtype=int8", 24), [pc], CURVE)
+        walls[base_prefill] = (auto.pred_wall_s["easy"], k24.pred_wall_s["easy"])
+    assert walls[3.0][0] == pytest.approx(walls[1.0][0]) and walls[3.0][1] == pytest.approx(walls[1.0][1])
+    # a baseline faster than the lane: the difference is the draft reading the prompt, paid where k=auto first drafts
+    assert walls[0.5][0] == pytest.approx(walls[1.0][0])
 
 
 def test_no_record_to_replay():
