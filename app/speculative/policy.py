@@ -306,11 +306,12 @@ class AutoK:
         drafts would be kept with these conditional probabilities — 1 + max_m [Σ_{l≤m} Q_l − λ·(V(m + 1) + m·c + o)],
         Q_l the product of the first l — never below 0 (the next step need not draft them). Priced as a decode step
         even while step 0's price is in force."""
-        return float(self._excesses(np.asarray([conds], dtype=float), lam)[0]) if conds else self._excesses(np.ones((1, 0)), lam)[0]
+        return float(self._excesses(np.asarray(conds, dtype=float).reshape(1, -1), lam)[0])
 
     def _excesses(self, tails: np.ndarray, lam: float) -> np.ndarray:
-        """next_step_excess of each row of `tails` (conditional acceptances, one next step per row), vectorised: the
-        decisions of a 32-draft step took 10 ms in pure Python, as long as a GPU's decode step."""
+        """next_step_excess of each row of `tails` (conditional acceptances, one next step per row), vectorised: in pure
+        Python a 32-draft step's decisions took about as long as a GPU's decode step (resources/bench/README.md, "Two
+        steps ahead")."""
         price = self._decode_price or self.price
         m = tails.shape[1]
         best = np.full(tails.shape[0], -lam * price.v(1))
