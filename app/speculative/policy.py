@@ -339,8 +339,8 @@ class AutoK:
         lam = self.rate if lam is None else lam
         i = len(cum)
         c = np.asarray(cum, dtype=float)
-        conds = c / np.concatenate(([1.0], c[:-1])) if i else c
-        conds = np.nan_to_num(conds, nan=0.0, posinf=0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):  # after a draft kept with probability 0: 0
+            conds = np.nan_to_num(c / np.concatenate(([1.0], c[:-1])), nan=0.0, posinf=0.0) if i else c
         # row j: the conditionals of drafts j + 2, j + 3, … (index j + 1 + l), then p_next
         idx = np.arange(i + 1)[:, None] + 1 + np.arange(k_cap)[None, :]
         tails = np.where(idx < i, conds[np.minimum(idx, max(i - 1, 0))] if i else 0.0, p_next)

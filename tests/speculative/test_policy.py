@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 
 import pytest
 
@@ -66,6 +67,10 @@ def test_a_proposal_is_valued_over_two_steps_so_a_confident_tail_is_not_bet_on_a
     assert value > one_step and keep == 3
     # where the draft after the last is unlikely to be kept, nothing is owed to the next step: the one-step choice
     assert auto.best_k(cum, p_next=0.0) == auto.best_k(cum)
+    # a draft kept with probability 0 ends what the next step could take over from it (no warning, no NaN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert auto.stop_value([1.0, 0.0, 0.0], 0.95, 32)[1] == 1
     # a rate no step can beat: no next step is worth more than an average one, and both rules agree
     auto._tok = 1000.0
     assert auto.next_step_excess([0.95] * 32, auto.rate) == 0.0
