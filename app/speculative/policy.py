@@ -56,11 +56,12 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from app.core.costs import CostProfile, profiles_dir
+from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
@@ -216,6 +217,18 @@ class Acceptance:
         c[0] += _RELAX * (to * c[1] - c[0])
 
 
+def _verify_units(price: StepPrice, n: int) -> np.ndarray:
+    """V(1) … V(n) of `price` as an array (read-only; computed once per verify curve)."""
+    return _verify_array(price.verify, max(n, AUTO_K_MAX + 2))[:n]
+
+
+@lru_cache(maxsize=16)
+def _verify_array(verify: tuple[float, ...], n: int) -> np.ndarray:
+    a = np.array([verify_at(verify, k) for k in range(1, n + 1)])
+    a.flags.writeable = False
+    return a
+
+
 class AutoK:
     """The cost model and decision rule shared by every k=auto drafter (costs in units of T(1): StepPrice).
 
@@ -244,7 +257,6 @@ class AutoK:
         self.last_why = ""
         self.answers = 0  # lanes (answers) whose verdicts this state holds: counted when a lane ends
         self._decode_price: StepPrice | None = None  # the decode steps' price while step 0's is in force (riding_on_the_prompt)
-        self._v_cache: dict[int, tuple[StepPrice, np.ndarray]] = {}
 
     # --- costs (units of T(1)) ----------------------------------------------------------------------------
     def t(self, n: int) -> float:
@@ -317,19 +329,9 @@ class AutoK:
         best = np.full(tails.shape[0], -lam * price.v(1))
         if m:
             have = np.cumsum(np.cumprod(tails, axis=1), axis=1)
-            cost = self._verify_units(price, m + 1)[1:] + np.arange(1, m + 1) * price.c
+            cost = _verify_units(price, m + 1)[1:] + np.arange(1, m + 1) * price.c
             best = np.maximum(best, (have - lam * cost).max(axis=1))
         return np.maximum(0.0, 1.0 - lam * price.o + best)
-
-    def _verify_units(self, price: StepPrice, n: int) -> np.ndarray:
-        """V(1) … V(n) of `price`, kept while the price object is the same (observe() replaces it once a step)."""
-        got = self._v_cache.get(id(price))
-        if got is None or got[0] is not price or len(got[1]) < n:
-            got = (price, np.array([price.v(k) for k in range(1, max(n, AUTO_K_MAX + 2) + 1)]))
-            if len(self._v_cache) > 4:
-                self._v_cache.clear()
-            self._v_cache[id(price)] = got
-        return got[1][:n]
 
     def stop_value(self, cum: list[float], p_next: float, k_cap: int, lam: float | None = None) -> tuple[float, int]:
         """The value of drafting no more, and the best number of drafts to keep: max over j of this step's gain with j
@@ -345,7 +347,7 @@ class AutoK:
         idx = np.arange(i + 1)[:, None] + 1 + np.arange(k_cap)[None, :]
         tails = np.where(idx < i, conds[np.minimum(idx, max(i - 1, 0))] if i else 0.0, p_next)
         reach = np.append(c, (c[-1] if i else 1.0) * p_next)  # P_{j+1}
-        gain = np.concatenate(([0.0], np.cumsum(c))) - lam * self._verify_units(self.price, i + 1)  # _gain(cum, j, lam)
+        gain = np.concatenate(([0.0], np.cumsum(c))) - lam * _verify_units(self.price, i + 1)  # _gain(cum, j, lam)
         value = gain + reach * self._excesses(tails, lam)
         best, arg = -math.inf, 0
         for j, v in enumerate(value.tolist()):
@@ -380,7 +382,7 @@ class AutoK:
         excess = self.next_step_excess([p] * k_cap, lam)
         m = np.arange(1, k_cap - i + 1)
         last = (cum[-1] if cum else 1.0) * p ** m  # P_{i+m}
-        cost = self._verify_units(self.price, k_cap + 1)[i + 1:] + m * self.d + extra  # V(i + m + 1) + m·c + extra
+        cost = _verify_units(self.price, k_cap + 1)[i + 1:] + m * self.d + extra  # V(i + m + 1) + m·c + extra
         value = sum(cum) + np.cumsum(last) - lam * cost + last * p * excess
         return bool((value > stop_value + 1e-12).any())
 
