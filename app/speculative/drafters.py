@@ -242,6 +242,8 @@ class DraftModelDrafter:
         self.seen = []
         self._scores = []
         self._prompt_len = len(prompt_ids)
+        if self.auto is not None:
+            self.auto.begin_answer()
         # k=auto makes its state and prefills lazily (in the first step that drafts): a lane where drafting never
         # pays spends nothing on the draft (a llama.cpp context alone takes ~0.1 s to set up)
         self.state = self.engine.new_state() if self.auto is None else None
@@ -337,7 +339,7 @@ class DraftModelDrafter:
             if auto is not None:
                 p = self.calibration(q_drafted[-1])
                 if not cum and p_opening is not None:
-                    p = min(p, p_opening)  # the answer's first token: at most the opening's own estimate
+                    p = p_opening  # the answer's first token: the opening's own estimate, whatever its confidence (AutoK.ended)
                 cum.append(cum[-1] * p if cum else p)
                 if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k, p_next=auto.p_next(q_drafted[-1])):
                     break

@@ -8,7 +8,8 @@ learnt from each step as ratios to that step's own verify time — so a machine 
 
 By the renewal-reward argument, the throughput-optimal step maximises E[tokens] − λ · E[units], where λ is the best
 achievable rate in tokens per unit: the policy uses what it achieved recently (tokens over the *modelled* units of its
-steps, so a slow moment does not move it either), never below the baseline's 1 / (1 + o). With P_j the probability that
+steps, so a slow moment does not move it either), never below the baseline's 1 / (1 + o); an answer starts from the
+rate over the earlier answers (:meth:`AutoK.begin_answer`), not from the last one's last steps. With P_j the probability that
 the first j drafts are all accepted, keeping j drafts is worth 1 + Σ_{l≤j} P_l − λ·V(j + 1): the policy keeps the best
 j, and drafts one more token only while some continuation would beat stopping now. So a step may draft nothing (the
 lane then decodes like the baseline), and a draft model stops mid-proposal.
@@ -72,6 +73,11 @@ __all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "
 AUTO_K_MAX = 32
 _EMA = 0.2
 _RATE_DECAY = 0.9
+#: what the rate over earlier answers is worth when an answer starts (units of T(1), about five decode steps; the rate
+#: of the lane's recent steps has ~20): AutoK.begin_answer
+START_UNITS = 10.0
+#: per answer, the weight of earlier answers in that rate
+_ANSWER_DECAY = 0.9
 _RELAX = 0.05  # per skipped step, the first-token estimate after a skip moves this far back toward the optimistic prior
 _OPTIMISTIC = 0.9
 #: pseudo-observations behind each prior: a few verdicts must not swing an estimate (a 48-token answer has ~10 steps)
@@ -147,7 +153,7 @@ class Acceptance:
     `first_q[bin]`: how often a step's first draft had its confidence in that bin (what drafting one token to look at
     its confidence is likely to show: :meth:`AutoK.worth_a_look`);
     `opening`: P(the draft of the answer's first token is accepted) — the opening step's own position
-    (:meth:`AutoK.ended`), at most what its confidence's calibration says.
+    (:meth:`AutoK.ended`), whatever the draft's confidence.
     """
 
     def __init__(self, prior: float = 0.7, weight: float = PRIOR_WEIGHT) -> None:
@@ -254,6 +260,8 @@ class AutoK:
         self.sec_per_unit = target.t1_s  # seconds of one unit lately (only to print times in explanations)
         self._tok = 0.0  # decayed sums for the achieved rate (tokens per modelled unit)
         self._units = 0.0
+        self._all_tok = 0.0  # the same over every answer so far, decayed per answer (begin_answer)
+        self._all_units = 0.0
         self.last_why = ""
         self.answers = 0  # lanes (answers) whose verdicts this state holds: counted when a lane ends
         self._decode_price: StepPrice | None = None  # the decode steps' price while step 0's is in force (riding_on_the_prompt)
@@ -296,8 +304,21 @@ class AutoK:
             other = max(0.0, s.t_wall_s - s.t_verify_s - s.t_draft_s) / unit
             o += _EMA * (min(other, 5.0) - o)
         self.price = replace(self.price, c=c, o=o, o_base=o)
+        units = v + s.draft_forwards * c + o
         self._tok = _RATE_DECAY * self._tok + s.emitted
-        self._units = _RATE_DECAY * self._units + v + s.draft_forwards * c + o
+        self._units = _RATE_DECAY * self._units + units
+        self._all_tok += s.emitted
+        self._all_units += units
+
+    def begin_answer(self) -> None:
+        """A new answer starts: λ starts from the rate over the earlier answers (worth START_UNITS), not from the
+        last one's last steps — a rate learnt on easy text (4.2 tokens per unit after two editing answers) kept a
+        summary's opening from drafting, and the first steps of a hard answer (a translation's) from drafting the
+        unsure tokens that pay there (resources/bench/README.md, "k=auto's λ at an answer's start")."""
+        self._all_tok *= _ANSWER_DECAY
+        self._all_units *= _ANSWER_DECAY
+        if self._all_units > 0:
+            self._tok, self._units = self._all_tok / self._all_units * START_UNITS, START_UNITS
 
     # --- decisions --------------------------------------------------------------------------------------
     def _gain(self, cum: list[float], j: int, lam: float) -> float:
@@ -453,8 +474,10 @@ class AutoK:
         111 of 116 for later steps' first drafts. Its first verdict teaches neither the first-draft estimates nor
         (the drafter's part) the calibration, and the step after it starts as after a skip: one rejected opening had
         kept proposals short for the rest of an answer. It teaches the opening's own estimate (`Acceptance.opening`),
-        which caps the first draft's acceptance in the next answer's opening: with the later steps' calibration alone, a
-        q = 0.87 opening drafted 10 tokens on the prompt's forward and lost them all."""
+        which is the first draft's acceptance in the next answer's opening, whatever its confidence: with the later
+        steps' calibration, a q = 0.87 opening drafted 10 tokens on the prompt's forward and lost them all, and a
+        q = 0.27 one (sum-1, where 13 drafts in a row were kept) was not drafted on; of those 24 openings 3 of 6 were kept
+        at q ≥ 0.7 and 4 of 8 below 0.5."""
         self.acceptance.verdict(self.start, list(qs or []), drafted, accepted, opening=opening)
         if drafted <= 0 and dropped is not None and not opening:
             self.acceptance.judged(self.start, dropped)
@@ -541,7 +564,8 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
     doc = dict(version=_SAVED_VERSION, key=list(key), saved=time.strftime("%Y-%m-%d %H:%M", time.localtime()), answers=auto.answers,
                calibration=dict(acc=cal.acc, n=cal.n),
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening),
-               costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base), rate=dict(tokens=auto._tok, units=auto._units))
+               costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
+               rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units))
     return write_json_atomically(path, doc)
 
 
@@ -589,8 +613,9 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
         costs, rate = d["costs"], d["rate"]
         c, o, o_base = (float(costs[x]) for x in ("c", "o", "o_base"))
         tok, units = float(rate["tokens"]), float(rate["units"])
+        all_tok, all_units = float(rate.get("all_tokens", 0.0)), float(rate.get("all_units", 0.0))  # absent from older files: 0
         answers, saved = int(d.get("answers", 0)), str(d.get("saved", "?"))
-        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, *first_q)):
+        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, *first_q)):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -598,7 +623,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     a = auto.acceptance
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
-    auto._tok, auto._units, auto.answers = tok, units, answers
+    auto._tok, auto._units, auto._all_tok, auto._all_units, auto.answers = tok, units, all_tok, all_units, answers
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
             f"{path}); SPECDECK_KAUTO_MEMORY=off starts it from its priors")
 

@@ -310,8 +310,11 @@ def test_a_first_draft_dropped_unverified_still_counts():
 
 
 class Scripted:
-    """A draft engine whose every next token is 9 with probability 0.87 (the policy's input, not a model): new_state()
+    """A draft engine whose every next token is 9 with probability `q` (the policy's input, not a model): new_state()
     gives a state with forward(ids, last_only) -> logits [1, 10] and crop(n)."""
+
+    def __init__(self, q: float = 0.87) -> None:
+        self.q = q
 
     def sync(self):
         pass
@@ -319,8 +322,8 @@ class Scripted:
     def new_state(self):
         import torch
 
-        probs = torch.full((10,), 0.13 / 9)
-        probs[9] = 0.87
+        probs = torch.full((10,), (1.0 - self.q) / 9)
+        probs[9] = self.q
 
         class State:
             def forward(self, ids, last_only=True):
@@ -359,6 +362,48 @@ def test_the_answers_opening_teaches_nothing_about_later_tokens():
     assert sum(auto.acceptance.first_q) == pytest.approx(sum(seen0) + 1)
 
 
+def test_an_unsure_opening_draft_is_valued_at_the_openings_own_estimate():
+    """How sure the draft is of an answer's first token says little of whether the target keeps it (24 Spec-Bench
+    openings: 3 of 6 kept at confidence ≥ 0.7, 4 of 8 below 0.5; a q = 0.27 opening began a run of 13 kept drafts), so
+    the opening step values its first draft at the opening's own estimate — not at the calibrated 0.3^0.7 = 0.43 — and
+    drafts on past it, riding on the prompt's forward; one step later the same confidence is calibrated."""
+    from app.speculative.drafters import DraftModelDrafter
+
+    auto = AutoK(FLAT, draft_s=0.005)
+    d = DraftModelDrafter(Scripted(q=0.3), auto=auto)
+    prompt = [1, 2, 3]
+    d.start(prompt)
+    p = d.propose(ctx(prompt))  # step 0
+    assert "P(all accepted) 0.60 " in p.why and len(p.ids) >= 2
+    d.feedback(len(p.ids), 1)
+    p = d.propose(ctx([*prompt, 9, 5]))  # step 1: the first draft at its calibrated acceptance
+    assert p.why.split("P(all accepted) ")[1].startswith(f"{d.calibration(0.3):.2f}")
+
+
+def test_an_answer_starts_from_the_rate_over_earlier_answers():
+    """λ, the rate a step must beat, is what the lane achieved over its recent steps; when a new answer starts it is
+    the rate over the earlier answers (worth START_UNITS), not the last answer's last steps — an easy answer's rate
+    kept a summary's opening, and a translation's unsure tokens, from being drafted."""
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import START_UNITS
+
+    auto = AutoK(FLAT, draft_s=0.005)
+    t1 = FLAT.t1_s
+    for emitted in [1] * 20:  # a hard answer: a token a step
+        auto.observe(StepTiming(1, t1, 0.0, 0, t1, emitted))
+    for emitted in (9, 9, 9, 9, 9, 9):  # then an easy one: 9 tokens a step, the last steps' rate
+        auto.observe(StepTiming(9, auto.t(9) * t1, 0.0, 0, auto.t(9) * t1, emitted))
+    late = auto.rate
+    units = 20 * 1.0 + 6 * auto.t(9)  # each step's modelled units (o = 0 here)
+    over_all = (20 + 54) / units
+    assert late > over_all * 1.5
+    d = DraftModelDrafter(Scripted(), auto=auto)
+    d.start([1, 2, 3])  # a new answer
+    assert auto.rate == pytest.approx(over_all) and auto._units == START_UNITS
+    auto.observe(StepTiming(1, t1, 0.0, 0, t1, 1))  # its own steps move it at once
+    assert auto.rate < over_all
+
+
 def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     """A real lane (saved=True) writes what its pair learnt when it ends (DraftModelDrafter.finish); a drafter of the
     same pair in a new process — no in-process memory — starts from it, each estimate worth at most SAVED_CAP verdicts
@@ -383,6 +428,7 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     for _ in range(300):  # the target rejects the draft's confident tokens: 300 verdicts, more than SAVED_CAP
         first._scores = [0.95, 0.95]
         first.feedback(2, 0)
+    first.auto._all_tok, first.auto._all_units = 30.0, 10.0  # the rate over its answers (AutoK.begin_answer)
     first.finish()
     learnt = first.calibration(0.95)
     assert learnt < 0.1 < fresh
@@ -395,6 +441,7 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     assert second.calibration(0.95) == pytest.approx(learnt) and second.calibration.n[b] == pytest.approx(policy.SAVED_CAP)
     assert second.auto.acceptance.p_first("miss") == pytest.approx(first.auto.acceptance.p_first("miss"))
     assert second.auto.answers == 1 and second.auto.start == "skip"
+    assert (second.auto._all_tok, second.auto._all_units) == (30.0, 10.0)
     assert len(second.notes) == 1 and "1 earlier answer" in second.notes[0] and "SPECDECK_KAUTO_MEMORY=off" in second.notes[0]
     for _ in range(100):  # capped, the saved state still moves with what this run sees
         second._scores = [0.95]
