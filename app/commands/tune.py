@@ -404,7 +404,13 @@ class Finder:
         verified) — and the overall ratio quoted for people (None: none to quote)."""
         from app.core.tuning import fitted_curve
 
-        return fitted_curve(records, self.verify_curve() or (1.0,))
+        return fitted_curve(records, self.verify_curve() or (1.0,), self.tree_ratio())
+
+    def tree_ratio(self, drafter: str | None = None) -> float:
+        """What a token tree's forward costs over a causal one of as many tokens: the target's (or, given a model
+        drafter, its draft's) cost profile's tree_ratio; 1 where none was measured."""
+        p = self.target_profile() if drafter is None else self.draft_profile(drafter)
+        return p.tree_ratio if p is not None and p.tree_ratio else 1.0
 
     def price(self, records: list, dropped: bool = True) -> list:
         """Every grid candidate priced on the records, ranked; without the drafters the calibration dropped unless
@@ -426,8 +432,9 @@ class Finder:
                 cands = grid(d, model) if "draft" in self.kinds or not model else []
                 cands += tree_grid(d) if model and "tree" in self.kinds and self.tree_capable(d) else []
             curve = self.draft_curve(d) if model else None
+            trees = dict(tree_ratio=self.tree_ratio(), draft_tree_ratio=self.tree_ratio(d) if model else 1.0)
             for cand in cands:
-                p = price_candidate(cand, records, verify, curve)
+                p = price_candidate(cand, records, verify, curve, **trees)
                 if p is not None:
                     priced.append(p)
             if model and "draft" in self.kinds and target is not None:  # k=auto: the policy replayed on the records
@@ -581,7 +588,7 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
             predicted_tokens_per_s=_tokens_per_s(p, tokens, list(p.pred_wall_s)),
             predicted_confirmed_tokens_per_s=_tokens_per_s(p, tokens, on_confirmed) if m and on_confirmed else None,
             predicted_by_category=p.by_category(), alpha=p.alpha, tau=p.tau, mean_k=p.mean_k, c=p.c, overhead=p.o,
-            measured=m, why=why(p, verify, best, m["speedup"] if m else None)))
+            measured=m, why=why(p, verify, best, m["speedup"] if m else None, f.tree_ratio())))
     # anything measured but not priced (k=auto where its drafter had no profile or records)
     extra = [dict(setup=s, measured=m, why=measured_only_why(s)) for s, m in confirmed.items()
              if s != "baseline" and s not in {c["setup"] for c in cands}]

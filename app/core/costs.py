@@ -33,6 +33,7 @@ __all__ = [
     "PROFILE_VERSION",
     "PROFILE_NS",
     "NARROW",
+    "TREE_PROBE",
     "CostProfile",
     "LaneCosts",
     "verify_at",
@@ -46,13 +47,18 @@ __all__ = [
     "uniform_theory",
 ]
 
-#: 2: narrow forwards keep a median that is off the line beyond noise (app.speculative.costs.smooth); medians_s
-PROFILE_VERSION = 2
+#: 2: narrow forwards keep a median that is off the line beyond noise (app.speculative.costs.smooth); medians_s;
+#: 3: tree_ratio
+PROFILE_VERSION = 3
 #: Tokens per forward measured by a profile (k = n − 1 drafts; k=auto drafts at most PROFILE_NS[-1] − 1).
 PROFILE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 33)
 #: forwards of at most this many tokens ("narrow") may cost less than narrower ones (a GEMM kernel's blocking): a
 #: profile keeps such a measured shape there (app.speculative.costs.smooth); past it a curve never decreases
 NARROW = 8
+#: the token tree a profile times beside the causal forward of as many tokens (CostProfile.tree_ratio): each token's
+#: parent as an index into the tree, −1 for the plain sequence's last token — a root, its 2 children, their 4
+#: children and one token below the first of those (8 tokens, a width the profile measures)
+TREE_PROBE: tuple[int, ...] = (-1, 0, 0, 1, 1, 2, 2, 3)
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
@@ -127,6 +133,7 @@ class CostProfile:
     cpu_wait_share: float | None = None
     spread: float = 0.0
     medians_s: tuple[float, ...] = ()
+    tree_ratio: float | None = None
 
     def __post_init__(self) -> None:
         if not self.ns or self.ns[0] != 1 or len(self.ns) != len(self.times_s) or list(self.ns) != sorted(set(self.ns)):

@@ -179,16 +179,17 @@ PROFILE_COLUMNS = (2, 3, 5, 9, 17, 25, 33)
 
 
 def render_profiles(profiles: Sequence[dict]) -> str:
-    """The verify-cost curves of a report's engines: T(1) and V(n) = T(n)/T(1) at a few n (k = n − 1 drafts)."""
+    """The verify-cost curves of a report's engines: T(1) and V(n) = T(n)/T(1) at a few n (k = n − 1 drafts), and
+    what a token tree's forward costs over a causal one (CostProfile.tree_ratio; – where not measured)."""
     from app.core.costs import NARROW, CostProfile
 
     if not profiles:
         return ""
     ps = [CostProfile.from_json(p) for p in profiles]
     rows = [[f"{p.engine} ({p.backend} {p.precision})" + (" !" if p.contended else ""), f"{p.t1_s * 1e3:.1f}",
-             *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS)] for p in ps]
+             *(f"{p.v(n):.2f}" for n in PROFILE_COLUMNS), f"{p.tree_ratio:.2f}" if p.tree_ratio else "–"] for p in ps]
     head = (f"verify cost on {ps[0].machine_text or 'this machine'}: T(1) = one-token forward, V(n) = forward over n tokens ÷ T(1) "
-            "(a step verifying k drafts costs V(k+1) decode steps)")
+            "(a step verifying k drafts costs V(k+1) decode steps); tree: a token tree's forward ÷ a causal one of as many tokens")
     notes = [f"! {p.engine} ({p.precision}) was measured while other processes took its CPU (waited {100 * (p.cpu_wait_share or 0):.0f} % "
              f"of the time; rounds spread {100 * p.spread:.0f} %): used for this run only, not cached; measure it on a quiet machine "
              f"(python -m app profile {p.engine} --force)" for p in ps if p.contended]
@@ -197,4 +198,4 @@ def render_profiles(profiles: Sequence[dict]) -> str:
         if any(b < a for (_, a), (_, b) in zip(narrow, narrow[1:], strict=False)):
             notes.append(f"{p.engine} ({p.precision}): a wider forward is not always dearer here (" + ", ".join(f"V({n}) {v:.2f}" for n, v in narrow)
                          + "): priced as measured (a narrow forward off its line beyond its rounds' noise keeps its median)")
-    return "\n".join([head, format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS)], rows), *notes])
+    return "\n".join([head, format_table(["engine", "T(1) ms", *(f"V({n})" for n in PROFILE_COLUMNS), "tree"], rows), *notes])

@@ -541,22 +541,23 @@ def _decode_steps(cand: Candidate, lane: LaneCal) -> tuple[tuple[int, float], li
     return first, out
 
 
-def _verifies(prompts: Sequence[PromptCal], verify: Sequence[float]) -> list[tuple[int, float, float]]:
+def _verifies(prompts: Sequence[PromptCal], verify: Sequence[float], tree_ratio: float = 1.0) -> list[tuple[int, float, float]]:
     """The calibration lanes' decode verifies of more than one token and at most as many as the curve measured (a
     dynamic-tree calibration's union of trees verifies more): (n tokens, measured cost above one forward in the
-    baseline's forwards on the same prompt, the curve's V(n) − 1)."""
-    return [(s.offered + 1, s.verify_s / pc.base_step_s - 1.0, verify_at(verify, s.offered + 1) - 1.0)
+    baseline's forwards on the same prompt, the curve's V(n) − 1) — a tree's verify (a head's or a dynamic tree's
+    calibration) divided by `tree_ratio` first, as the causal forward of as many tokens it stands for."""
+    return [(s.offered + 1, s.verify_s / pc.base_step_s / (tree_ratio if s.parents else 1.0) - 1.0, verify_at(verify, s.offered + 1) - 1.0)
             for pc in prompts if pc.base_step_s > 0 for lane in pc.lanes.values() for s in lane.steps
             if s.offered and s.verify_s > 0 and s.offered + 1 <= len(verify)]
 
 
-def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float]) -> float | None:
+def verify_scale(prompts: Sequence[PromptCal], verify: Sequence[float], tree_ratio: float = 1.0) -> float | None:
     """How much dearer this run's verifies were than the cost profile says: the s of V'(n) = 1 + s·(V(n) − 1) that
     fits the calibration lanes' measured verify times (over the baseline's one-token forward on the same prompt,
     summed over every decode step that verified more than one token): the one figure the finder's summary quotes
     for people (the curve it prices with is :func:`fitted_curve`'s, width by width). None: no such step, or no
     positive ratio to quote (the verifies, or the profile's V(n) − 1, not above one forward in sum)."""
-    obs = _verifies(prompts, verify)
+    obs = _verifies(prompts, verify, tree_ratio)
     num, den = sum(r for _, r, _ in obs), sum(x for _, _, x in obs)
     return num / den if den > 0 and num > 0 else None
 
@@ -567,21 +568,22 @@ FIT_BANDWIDTH = 0.3
 FIT_PRIOR = 1.0
 
 
-def fitted_curve(prompts: Sequence[PromptCal], verify: Sequence[float]) -> tuple[tuple[float, ...], float | None]:
+def fitted_curve(prompts: Sequence[PromptCal], verify: Sequence[float], tree_ratio: float = 1.0) -> tuple[tuple[float, ...], float | None]:
     """The verify curve this run measured: at each n the profile's V(n) plus (n − 1) times the extra cost per token
     that the calibration lanes' verifies of about that width showed over the profile —
     δ(n) = Σ w·(t/T(1) − V(m)) / Σ w·(m − 1) over the verifies of m tokens, w = exp(−(ln m − ln n)² / 2·FIT_BANDWIDTH²),
     with the run's overall δ (over every verify) worth FIT_PRIOR verifies of n tokens — made non-decreasing past
     NARROW tokens (a narrower forward may cost less than a wider one: the profile's smoothing keeps such a shape,
     and so does this fit). Never below half the profile's V(n). Returns (curve, :func:`verify_scale` for people);
-    the profile as it is where nothing was verified.
+    the profile as it is where nothing was verified. A curve of causal forwards: a tree calibration's verifies count
+    as `tree_ratio` (the target profile's) times the causal forward of as many tokens.
 
     One scale for every width was not enough: on 4 Spec-Bench prompts (2 CPU cores) the calibration's verifies cost
     1.48 and 1.81 one-token forwards at 5 and 9 tokens where the profile said 1.17 and 1.31, but 2.42 at 25 where it
     said 2.02 — a single scale (1.71) fit to them all, dominated by the 25-token verifies, priced the 5–12-token
     setups that win 10–13 % too fast. On a straight profile this fit equals scaling V(n) − 1 by the verifies'
     weighted ratio; it also holds where V(n) − 1 is 0 or negative (a profile with V(3) < 1), which a ratio cannot."""
-    obs = _verifies(prompts, verify)
+    obs = _verifies(prompts, verify, tree_ratio)
     if not obs:
         return tuple(verify), None
     excess = [(math.log(m), r - xm, m - 1) for m, r, xm in obs]  # (ln m, cost above the profile's, tokens above one)
@@ -596,21 +598,24 @@ def fitted_curve(prompts: Sequence[PromptCal], verify: Sequence[float]) -> tuple
             den += w * t
         v = max(0.5 * vn, vn + (n - 1) * num / den)
         out.append(max(out[-1], v) if n > NARROW else v)
-    return tuple(out), verify_scale(prompts, verify)
+    return tuple(out), verify_scale(prompts, verify, tree_ratio)
 
 
 def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Sequence[float],
-                    draft_curve: Sequence[float] | None = None) -> Priced | None:
+                    draft_curve: Sequence[float] | None = None, tree_ratio: float = 1.0, draft_tree_ratio: float = 1.0) -> Priced | None:
     """Predict a candidate's wall per prompt from its drafter's calibration lanes (None: no lane for it).
 
     c and o come from the calibration lanes (measured draft forward and per-step overhead, over the baseline's decode
     step on the same prompt), V is the curve given (the finder's: the target's profile fitted to this run, :func:`fitted_curve`).
     Step 0 is the calibration lane's prefill with its own first proposal's drafting replaced by the candidate's;
     the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`). A tree's step verifies all its
-    nodes, V(nodes + 1) — a tree mask costs as a causal forward of as many tokens, which the confirmation checks —
-    and drafts them in one forward per level, each c·D(n) for n tokens fed, D the draft's own curve (`draft_curve`,
-    its forward over n tokens over one token; default the target's V). A ReDrafter head's step runs `depth` levels
-    of its beam search, each c (its calibration's measured level: memory-bound, about as dear for 1 beam as for 4)."""
+    nodes, V(nodes + 1)·`tree_ratio` (what a tree's mask costs over a causal forward of as many tokens: the target
+    profile's CostProfile.tree_ratio; priced as 1, the trees' confirmed speedups came out 9–11 % below their
+    predictions where the chains' did 3–7 %) and a static tree drafts them in one forward per level, each c·D(n) for
+    n tokens fed, D the draft's own curve (`draft_curve`, its forward over n tokens over one token; default the
+    target's V), a level of more than one token times `draft_tree_ratio` (the draft profile's). A ReDrafter head's
+    step runs `depth` levels of its beam search, each c (its calibration's measured level: memory-bound, about as dear
+    for 1 beam as for 4)."""
     pred: dict[str, float] = {}
     base: dict[str, float] = {}
     cats: dict[str, str] = {}
@@ -631,11 +636,13 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
         if cand.bit:  # every node verified; `depth` forwards wherever the calibration drafted, each c (a head's level; a
             # dynamic tree's root forward and one per level below it) — a head's cut prunes after its levels ran
             fw = float(cand.k)
-            units = sum(price.v(d + 1) + (fw * c if s.offered else 0.0) + price.o for (d, _), s in zip(steps, lane.steps, strict=True))
+            units = sum(price.v(d + 1) * tree_ratio + (fw * c if s.offered else 0.0) + price.o
+                        for (d, _), s in zip(steps, lane.steps, strict=True))
         elif cand.shape:
             _, feeds = tree_nodes(cand.shape)
-            fw = sum(verify_at(tuple(draft_curve or verify), f) for f in feeds)  # the tree's draft forwards, in c
-            units = sum(price.v(d + 1) + fw * c + price.o for d, _ in steps)
+            # the tree's draft forwards, in c
+            fw = sum(verify_at(tuple(draft_curve or verify), f) * (draft_tree_ratio if f > 1 else 1.0) for f in feeds)
+            units = sum(price.v(d + 1) * tree_ratio + fw * c + price.o for d, _ in steps)
         else:
             fw = 0.0
             units = sum(price.units(d, d if lane.draft_s_per_forward > 0 else 0) for d, _ in steps)
@@ -824,8 +831,9 @@ def verify_gain_text(p: Priced, verify: Sequence[float], gain: float = 0.1, name
 
 
 # --- explanations --------------------------------------------------------------------------------------------
-def why(p: Priced, verify: Sequence[float], best: float, measured: float | None = None) -> str:
-    """One sentence on why a candidate wins or loses here, from its predicted parts."""
+def why(p: Priced, verify: Sequence[float], best: float, measured: float | None = None, tree_ratio: float = 1.0) -> str:
+    """One sentence on why a candidate wins or loses here, from its predicted parts (`tree_ratio`: what a tree's
+    verify was priced at over a causal one's, said for trees)."""
     price = StepPrice(tuple(verify), c=p.c, o=p.o)
     s = measured if measured is not None and math.isfinite(measured) else p.speedup()
     k = max(0, round(p.mean_k))
@@ -842,6 +850,8 @@ def why(p: Priced, verify: Sequence[float], best: float, measured: float | None 
                  f"{price.v(k + 1):.2f}, {len(feeds)} draft forwards over {'/'.join(map(str, feeds))} tokens at c {p.c:.2f}")
     elif p.c > 0:
         parts += f", {p.mean_k:.1f} drafts × c {p.c:.2f}"
+    if (p.candidate.shape or p.candidate.bit) and abs(tree_ratio - 1.0) >= 0.005:
+        parts += f", the tree's mask ×{tree_ratio:.2f}"
     parts += f", overhead {p.o:.2f})"
     if p.candidate.auto:
         parts = "k=auto replayed on the records: " + parts

@@ -295,6 +295,36 @@ def test_a_static_tree_is_priced_from_the_ranks_the_chain_recorded():
         assert tuple(int(b) for b in st.shape.split("x")) == cand.shape and st.dtype == "int8" and tree_nodes(cand.shape)[0] <= 32
 
 
+def test_a_trees_verify_and_its_draft_levels_are_priced_with_their_masks():
+    """A token tree's forward costs more than the causal forward of as many tokens (an attention mask, llama.cpp's
+    sequence ids): the cost profile measures the ratio (CostProfile.tree_ratio) and the finder prices a tree's verify
+    as V(nodes + 1)·ratio and a draft level of more than one token at the draft's own ratio; chains are untouched,
+    and `why` says what the mask was priced at. A head's or a dynamic tree's calibration verified trees: the verify
+    curve is fitted to them as the causal forwards they stand for (each divided by the ratio)."""
+    steps = [CalStep(4, 1, (0.9, 0.6, 0.6, 0.6), rank=2) for _ in range(12)]
+    lane = LaneCal(tuple(steps), None, 1.0, 0.02, 0.0)
+    rec = PromptCal("p", "code", 37, 1.0 + 36 * 0.1, 1.0, 0.1, 0.0, {"draft:d": lane})
+    [tree] = tree_grid("draft:d", [(2, 2, 1)])
+    draft_curve = tuple(1.0 + 0.5 * (n - 1) for n in range(1, 34))
+    c = 0.02 / 0.1
+    plain = price_candidate(tree, [rec], FLAT, draft_curve)
+    masked = price_candidate(tree, [rec], FLAT, draft_curve, tree_ratio=1.25, draft_tree_ratio=1.5)
+    assert plain.units == pytest.approx(FLAT[10] + c * (1 + 1.5 + 2.5))
+    assert masked.units == pytest.approx(FLAT[10] * 1.25 + c * (1 + 1.5 * 1.5 + 2.5 * 1.5))  # the 1-token root level: plain
+    assert masked.speedup() < plain.speedup() and masked.tau == plain.tau
+    k3 = Candidate("draft:d", "draft:d,k=3", 3)
+    assert price_candidate(k3, [rec], FLAT, draft_curve, tree_ratio=1.25).units == price_candidate(k3, [rec], FLAT, draft_curve).units
+    assert "the tree's mask ×1.25" in why(masked, FLAT, best=5.0, tree_ratio=1.25)
+    assert "mask" not in why(plain, FLAT, best=5.0)
+    # the fit: a tree calibration's 5-token verifies at 1.2 × the causal cost are the causal verifies of a chain
+    causal = [CalStep(4, 1, (0.9,) * 4, verify_s=0.1 * 1.6) for _ in range(6)]
+    tree_steps = [CalStep(4, 1, (0.9,) * 4, False, 0.1 * 1.6 * 1.2, None, (-1, 0, 0, 1)) for _ in range(6)]
+    chain = PromptCal("p", "code", 37, 4.6, 1.0, 0.1, 0.0, {"draft:d": LaneCal(tuple(causal), None, 1.0, 0.02, 0.0)})
+    trees = PromptCal("p", "code", 37, 4.6, 1.0, 0.1, 0.0, {"tree:d": LaneCal(tuple(tree_steps), None, 1.0, 0.02, 0.0)})
+    assert fitted_curve([trees], STEEP, tree_ratio=1.2)[0] == pytest.approx(fitted_curve([chain], STEEP)[0])
+    assert fitted_curve([trees], STEEP)[0][4] > fitted_curve([chain], STEEP)[0][4]
+
+
 def test_why_names_a_trees_own_costs():
     steps = [CalStep(4, 1, (0.9, 0.6, 0.6, 0.6), rank=2) for _ in range(12)]
     rec = PromptCal("p", "code", 37, 1.0 + 36 * 0.1, 1.0, 0.1, 0.0, {"draft:d": LaneCal(tuple(steps), None, 1.0, 0.02, 0.0)})

@@ -38,7 +38,7 @@ def test_a_profile_measured_beside_busy_processes_is_flagged_and_not_cached(tiny
 def test_narrow_forwards_get_extra_rounds_and_their_medians_are_kept(tiny_pair):
     """Three full rounds and 11 of the narrow forwards (n ≤ NARROW): 8 narrow-only rounds, counted in the progress and
     spread between the full ones (so both sample the same stretch of the machine's drift); the profile records every
-    median as measured."""
+    median as measured, and what a token tree's forward costs over the causal one of as many tokens (tree_ratio)."""
     from app.core.costs import NARROW, CostProfile
     from app.engines.hf import HFEngine
     from app.engines.registry import resolve
@@ -52,3 +52,5 @@ def test_narrow_forwards_get_extra_rounds_and_their_medians_are_kept(tiny_pair):
     assert "".join("F" if f else "n" for f in round_plan(3, 8)) == "nnnFnnnFnnF" and all(round_plan(15, 0))
     assert len(p.medians_s) == len(p.ns) and all(t > 0 for t in p.medians_s)
     assert CostProfile.from_json(p.to_json()) == p  # the medians survive the cache
+    # a token tree of 8 timed beside the causal 8 in each of those rounds: its cost over theirs, a plausible ratio
+    assert p.tree_ratio is not None and 0.5 < p.tree_ratio < 3.0
