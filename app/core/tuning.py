@@ -610,12 +610,12 @@ def price_candidate(cand: Candidate, prompts: Sequence[PromptCal], verify: Seque
     Step 0 is the calibration lane's prefill with its own first proposal's drafting replaced by the candidate's;
     the decode's tokens per unit come from the replayed steps (:func:`_decode_steps`). A tree's step verifies all its
     nodes, V(nodes + 1)·`tree_ratio` (what a tree's mask costs over a causal forward of as many tokens: the target
-    profile's CostProfile.tree_ratio; priced as 1, the trees' confirmed speedups came out 9–11 % below their
-    predictions where the chains' did 3–7 %) and a static tree drafts them in one forward per level, each c·D(n) for
-    n tokens fed, D the draft's own curve (`draft_curve`, its forward over n tokens over one token; default the
-    target's V), a level of more than one token times `draft_tree_ratio` (the draft profile's). A ReDrafter head's
-    step runs `depth` levels of its beam search, each c (its calibration's measured level: memory-bound, about as dear
-    for 1 beam as for 4)."""
+    profile's CostProfile.tree_ratio — 1.00 for fp32 PyTorch and llama.cpp on the 2-core CPU here, but an engine
+    whose causal attention is cheaper than its masked one is priced as measured) and a static tree drafts them in one
+    forward per level, each c·D(n) for n tokens fed, D the draft's own curve (`draft_curve`, its forward over n tokens
+    over one token; default the target's V), a level of more than one token times `draft_tree_ratio` (the draft
+    profile's). A ReDrafter head's step runs `depth` levels of its beam search, each c (its calibration's measured
+    level: memory-bound, about as dear for 1 beam as for 4)."""
     pred: dict[str, float] = {}
     base: dict[str, float] = {}
     cats: dict[str, str] = {}
