@@ -156,6 +156,41 @@ def test_a_drafter_far_behind_is_calibrated_no_more():
     assert {p.candidate.drafter for p in f.price(f.records(), dropped=False)} == {"draft:a", "draft:b", "ngram:n=3"}
 
 
+def test_the_finder_prices_trees_with_the_profiles_tree_ratios():
+    """The target's and the draft's measured tree ratios (CostProfile.tree_ratio) reach the tree candidates' prices
+    and their `why`; chains are priced as without them; an engine measured without one counts as 1."""
+    from types import SimpleNamespace
+
+    from app.commands.tune import Finder, Phase
+    from app.core.costs import PROFILE_NS, CostProfile
+    from app.core.tuning import CalStep, LaneCal, PromptCal, price_candidate, tree_grid
+
+    def profile(engine: str, precision: str, ratio: float | None) -> CostProfile:
+        return CostProfile(engine=engine, backend="hf", precision=precision, device="cpu", weights="w", machine="m", ns=PROFILE_NS,
+                           times_s=tuple(0.1 * (1.0 + 0.02 * (n - 1)) for n in PROFILE_NS), tree_ratio=ratio)
+
+    steps = tuple(CalStep(4, 1, (0.9, 0.6, 0.6, 0.6), rank=2, verify_s=0.11) for _ in range(6))
+    rec = PromptCal("p1", "code", 37, 4.6, 1.0, 0.1, 0.0, {"draft:a,dtype=int8": LaneCal(steps, None, 1.0, 0.02, 0.0)})
+    f = Finder.__new__(Finder)
+    f.drafters, f.quiet, f.kinds = [("draft:a,dtype=int8", True)], True, ("draft", "tree")
+    f.target = SimpleNamespace(name="t", backend="hf")
+    f.calibration = Phase(None, None, prompts_done=["p1"])
+    f.tree_capable = lambda d: True
+    f.profiles = [profile("t", "float32", 1.3), profile("a", "int8", 1.5)]
+    assert (f.tree_ratio(), f.tree_ratio("draft:a,dtype=int8")) == (1.3, 1.5)
+    verify, _ = f.priced_curve([rec])
+    priced = {p.candidate.setup: p for p in f.price([rec])}
+    tree = tree_grid("draft:a,dtype=int8", [(2, 2, 1)])[0]
+    draft_curve = f.draft_curve("draft:a,dtype=int8")
+    want = price_candidate(tree, [rec], verify, draft_curve, tree_ratio=1.3, draft_tree_ratio=1.5)
+    assert priced[tree.setup].units == pytest.approx(want.units)
+    assert priced[tree.setup].units > price_candidate(tree, [rec], verify, draft_curve).units
+    chain = next(p for p in priced.values() if p.candidate.kind == "draft" and not p.candidate.auto)
+    assert chain.units == pytest.approx(price_candidate(chain.candidate, [rec], verify, draft_curve).units)
+    f.profiles = [profile("t", "float32", None), profile("a", "int8", None)]
+    assert (f.tree_ratio(), f.tree_ratio("draft:a,dtype=int8")) == (1.0, 1.0)
+
+
 def test_a_calibration_that_failed_is_said_with_its_prompts():
     """A drafter whose calibration lane failed everywhere did not run; one that failed on some prompts is priced on
     the others, and the report names them with the first error."""
