@@ -235,6 +235,15 @@ def _verify_array(verify: tuple[float, ...], n: int) -> np.ndarray:
     return a
 
 
+def _first_best(values: np.ndarray) -> tuple[float, int]:
+    """The largest value and its index — the first of those within 1e-12 of it (ties keep fewer drafts)."""
+    best, arg = -math.inf, 0
+    for j, v in enumerate(values.tolist()):
+        if v > best + 1e-12:
+            best, arg = v, j
+    return best, arg
+
+
 class AutoK:
     """The cost model and decision rule shared by every k=auto drafter (costs in units of T(1): StepPrice).
 
@@ -321,9 +330,9 @@ class AutoK:
             self._tok, self._units = self._all_tok / self._all_units * START_UNITS, START_UNITS
 
     # --- decisions --------------------------------------------------------------------------------------
-    def _gain(self, cum: list[float], j: int, lam: float) -> float:
-        """Value of keeping the first j drafts (without sunk drafting): Σ_{l≤j} P_l − λ·V(j + 1)."""
-        return expected_tokens(cum, j) - 1.0 - lam * self.t(j + 1)
+    def _gains(self, cum: list[float], lam: float) -> np.ndarray:
+        """Value of keeping the first j drafts (without sunk drafting), j = 0 … i: Σ_{l≤j} P_l − λ·V(j + 1)."""
+        return np.concatenate(([0.0], np.cumsum(np.asarray(cum, dtype=float)))) - lam * _verify_units(self.price, len(cum) + 1)
 
     def best_k(self, cum: list[float], p_next: float | None = None, k_cap: int | None = None) -> int:
         """How many of the drafted tokens to verify, given P_1 … P_i: with `p_next` (p̂, the acceptance expected of the
@@ -331,8 +340,7 @@ class AutoK:
         default k_max); without it (a lookup drafter, which proposes no confidences) by this step's gain alone."""
         if p_next is not None:
             return self.stop_value(cum, p_next, self.k_max if k_cap is None else k_cap)[1]
-        lam = self.rate
-        return max(range(len(cum) + 1), key=lambda j: (self._gain(cum, j, lam), -j))
+        return _first_best(self._gains(cum, self.rate))[1]
 
     def next_step_excess(self, conds: list[float], lam: float) -> float:
         """S⁺: how much more than an average step (whose tokens − λ·units is 0 at the rate λ) a next step is worth whose
@@ -368,13 +376,7 @@ class AutoK:
         idx = np.arange(i + 1)[:, None] + 1 + np.arange(k_cap)[None, :]
         tails = np.where(idx < i, conds[np.minimum(idx, max(i - 1, 0))] if i else 0.0, p_next)
         reach = np.append(c, (c[-1] if i else 1.0) * p_next)  # P_{j+1}
-        gain = np.concatenate(([0.0], np.cumsum(c))) - lam * _verify_units(self.price, i + 1)  # _gain(cum, j, lam)
-        value = gain + reach * self._excesses(tails, lam)
-        best, arg = -math.inf, 0
-        for j, v in enumerate(value.tolist()):
-            if v > best + 1e-12:
-                best, arg = v, j
-        return best, arg
+        return _first_best(self._gains(cum, lam) + reach * self._excesses(tails, lam))
 
     def catch_up_units(self, feed: int) -> float:
         """Extra units of a draft forward over `feed` tokens (catching up) beyond a one-token forward."""

@@ -57,7 +57,7 @@ def test_a_proposal_is_valued_over_two_steps_so_a_confident_tail_is_not_bet_on_a
     auto._tok, auto._units = 18.0, 10.0  # λ = 1.8 tokens a unit
     lam = auto.rate
     cum = [1.0, 1.0, 0.4]  # two sure drafts, then one kept with probability 0.4; the next expected at p̂ = 0.95
-    one_step = max(auto._gain(cum, j, lam) for j in range(len(cum) + 1))
+    one_step = max(auto._gains(cum, lam))
     # the one-step rule: some run of further drafts beats stopping now
     assert any(sum(cum) + sum(0.4 * 0.95 ** m for m in range(1, n + 1)) - lam * (auto.t(3 + n + 1) + n * auto.d) > one_step
                for n in range(1, 29))
