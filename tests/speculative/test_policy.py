@@ -180,6 +180,26 @@ def test_a_cheap_draft_looks_at_its_first_token_before_deciding():
     assert not unsure.worth_a_look(cal, 32)
 
 
+def test_a_looks_value_is_the_expected_best_chain_over_the_first_drafts_confidences():
+    """The look's value, worked by hand: first drafts half at q ≈ 0.95 (kept 0.9, the next after it 0.9), half at
+    q ≈ 0.15 (kept 0.1, the next 0.1); V(n) = 1 + 0.05·(n − 1), c = 0.1, λ = 2. A confident first draft is worth
+    max_m [Σ_{l≤m} 0.9^l − 2·(V(m + 1) − V(1) + 0.1·(m − 1))] (m = 11, while 0.9^m > 0.3: 6.17570 − 3.1 = 3.07570),
+    an unsure one nothing (0.1 − 2·0.05): so 0.5·3.07570 = 1.53785 — the look pays while λ·(c + extra) is below it,
+    up to extra 0.668926; with one draft at most, 0.5·(0.9 − 0.1) = 0.4, up to extra 0.1."""
+    auto = AutoK(curve(lambda n: 1.0 + 0.05 * (n - 1)), draft_s=0.01)  # c = 0.1
+    auto._tok, auto._units = 20.0, 10.0  # λ = 2
+    cal = Calibration()
+    a = auto.acceptance
+    a.first_q = [0.0] * Calibration.BINS
+    a.first_q[9] = a.first_q[1] = 5.0
+    cal.acc[9], cal.n[9], cal.acc[1], cal.n[1] = 9.0, 10.0, 1.0, 10.0
+    a.after[9], a.after[1] = [9.0, 10.0], [1.0, 10.0]
+    assert auto.worth_a_look(cal, 32, extra=0.6689)
+    assert not auto.worth_a_look(cal, 32, extra=0.6690)
+    assert auto.worth_a_look(cal, 1, extra=0.099)
+    assert not auto.worth_a_look(cal, 1, extra=0.101)
+
+
 def test_calibration_learns_what_the_target_accepts():
     cal = Calibration()
     assert cal(0.95) == pytest.approx(0.95 ** 0.7) and cal(0.55) == pytest.approx(0.55 ** 0.7)  # prior: q^0.7
