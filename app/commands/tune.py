@@ -49,6 +49,13 @@ CALIBRATION_SHARE = 0.5
 #: a drafter whose best priced setup is below DROP_BELOW of another's after DROP_AFTER prompts is calibrated no more
 DROP_AFTER = 2
 DROP_BELOW = 0.85
+#: the confirmation runs its prompts again, round after round while the budget allows, until each confirmed setup has
+#: run CONFIRM_RUNS times (at most CONFIRM_ROUNDS rounds): one run of two prompts measured the palindrome and rename
+#: prompts' first prompt 17–39 % slower than the grid's bench of the same setups minutes later, and three of five
+#: predictions 11–15 % high against it (resources/bench/README.md, "On an AVX2 machine"); with six prompts or more,
+#: one round
+CONFIRM_RUNS = 6
+CONFIRM_ROUNDS = 3
 
 
 def add_parser(sub) -> None:
@@ -209,6 +216,8 @@ class Phase:
     results: Any
     steps: dict[str, list] = field(default_factory=dict)  # lane id → its StepEvents
     prompts_done: list[str] = field(default_factory=list)
+    #: prompt id → how many rounds ran it (the confirmation's repeats: CONFIRM_RUNS)
+    runs: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     #: setup index → why its lanes stopped running (a drafter the calibration dropped)
     dropped: dict[int, str] = field(default_factory=dict)
@@ -265,9 +274,10 @@ class Finder:
                        warmup_tokens=warmup, run_id=run_id)
 
     def run_phase(self, phase: Phase, name: str, until_s: float, after_prompt=None) -> None:
-        """Run the phase's lanes prompt by prompt (after its warm-up, if any) while the budget allows: a prompt
-        starts only if the mean prompt so far fits before `until_s` (the first always runs). `after_prompt()` runs
-        after each prompt; lanes of the setups in `phase.dropped` are left out from then on."""
+        """Run the phase's lanes prompt by prompt (after its warm-up, if any), round after round where the plan repeats,
+        while the budget allows: a prompt starts only if the mean prompt so far fits before `until_s` (the first always
+        runs). `after_prompt()` runs after each prompt; lanes of the setups in `phase.dropped` are left out from then
+        on."""
         from app.core.events import StepEvent
 
         plan, results = phase.plan, phase.results
@@ -283,14 +293,19 @@ class Finder:
             self.w.run(warm, lambda ev: None)
         cmd = plan.command()
         t_start = time.monotonic()
-        for i, p in enumerate(plan.prompts):
+        units = [(r, j, p) for r in range(plan.repeats) for j, p in enumerate(plan.prompts)]
+        for i, (r, j, p) in enumerate(units):
             per = (time.monotonic() - t_start) / i if i else 0.0
             if i and self.elapsed() + per > until_s:
                 break
-            self.say_progress(f"{name}: prompt {i + 1} of {len(plan.prompts)} ({p.id})")
-            lanes = tuple(x for x in cmd.lanes if x.prompt_id == p.id and plan.setup_index(x.lane_id) not in phase.dropped)
+            rounds = f"round {r + 1} of {plan.repeats}, " if plan.repeats > 1 else ""
+            self.say_progress(f"{name}: {rounds}prompt {j + 1} of {len(plan.prompts)} ({p.id})")
+            lanes = tuple(x for x in cmd.lanes
+                          if x.prompt_id == p.id and x.repeat == r and plan.setup_index(x.lane_id) not in phase.dropped)
             self.w.run(replace(cmd, run_id=f"{cmd.run_id}-{i}", lanes=lanes), on_event)
-            phase.prompts_done.append(p.id)
+            if r == 0:
+                phase.prompts_done.append(p.id)
+            phase.runs[p.id] = r + 1
             if after_prompt is not None:
                 after_prompt()
         phase.wall_s = time.monotonic() - t_start
@@ -493,8 +508,9 @@ class Finder:
         from app.worker.plan import RunResults
 
         assert self.calibration is not None
-        plan = replace(self.plan(["baseline", *setups], "tune-confirm", 0),
-                       prompts=tuple(p for p in self.prompts if p.id in self.calibration.prompts_done))
+        prompts = tuple(p for p in self.prompts if p.id in self.calibration.prompts_done)
+        rounds = max(1, min(CONFIRM_ROUNDS, -(-CONFIRM_RUNS // max(1, len(prompts)))))
+        plan = replace(self.plan(["baseline", *setups], "tune-confirm", 0), prompts=prompts, repeats=rounds)
         self.confirm = Phase(plan, RunResults(plan))
         self.run_phase(self.confirm, "confirmation", self.budget_s)
 
@@ -646,7 +662,8 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         "budget_s": f.budget_s,
         "wall_s": round(f.elapsed(), 1),
         "drafters": [d for d, _ in f.drafters],
-        "prompts": {"calibrated": list(cal.prompts_done) if cal else [], "confirmed": list(conf.prompts_done) if conf else []},
+        "prompts": {"calibrated": list(cal.prompts_done) if cal else [], "confirmed": list(conf.prompts_done) if conf else [],
+                    "confirmed_runs": dict(conf.runs) if conf else {}},
         "categories": {p.id: p.category for p in f.prompts},
         "calibration_s": round(cal.wall_s, 1) if cal else None,
         "confirmation_s": round(conf.wall_s, 1) if conf else None,
@@ -689,6 +706,15 @@ def predicted_cell(c: dict, partial: bool, what: str = "speedup") -> str:
     return fmt.format(y) + unit if isinstance(y, (int, float)) and math.isfinite(y) else "–"
 
 
+def confirm_rounds(doc: dict) -> str:
+    """" × N runs" where the confirmation ran its prompts more than once (every prompt alike), " × 1–N runs" where
+    the budget stopped a round part-way; "" for one run each (reports from before CONFIRM_RUNS have no counts)."""
+    runs = sorted(set((doc["prompts"].get("confirmed_runs") or {}).values()))
+    if not runs or runs == [1]:
+        return ""
+    return f" × {runs[0]} runs" if len(runs) == 1 else f" × {runs[0]}–{runs[-1]} runs"
+
+
 def partial_note(doc: dict) -> str:
     """The footnote of the table's `*` cells ("" where the confirmation measured every calibrated prompt)."""
     conf, cal = len(doc["prompts"]["confirmed"]), len(doc["prompts"]["calibrated"])
@@ -712,7 +738,8 @@ def render(doc: dict, top: int = 12) -> str:
     """The report as text: the ranked table (the confirmed setups and the best priced ones), winners, break-even."""
     lines = [f"Setup finder: {doc['target']} on {doc['machine']}",
              f"calibrated on {len(doc['prompts']['calibrated'])} prompts in {doc['calibration_s'] or 0:.0f} s; priced {doc['priced']} setups; "
-             f"confirmed on {len(doc['prompts']['confirmed'])} prompts in {doc['confirmation_s'] or 0:.0f} s; total {doc['wall_s']:.0f} s", ""]
+             f"confirmed on {len(doc['prompts']['confirmed'])} prompts{confirm_rounds(doc)} in {doc['confirmation_s'] or 0:.0f} s; "
+             f"total {doc['wall_s']:.0f} s", ""]
     shown = [c for c in doc["candidates"] if c["measured"]] + [c for c in doc["candidates"][:top] if not c["measured"]]
     shown.sort(key=lambda c: c["rank"])
     w = max([len(c["setup"]) for c in shown] + [len(e["setup"]) for e in doc["other_measured"]] + [5])

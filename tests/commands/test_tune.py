@@ -15,6 +15,9 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     doc, out, _ = tune_report
     assert doc["prompts"]["calibrated"] == ["code-1", "edit-1", "qa-1"]  # categories in turn
     assert doc["prompts"]["confirmed"] == doc["prompts"]["calibrated"]
+    # 3 prompts: the confirmation runs them twice (CONFIRM_RUNS 6), round after round, and says so
+    assert doc["prompts"]["confirmed_runs"] == {"code-1": 2, "edit-1": 2, "qa-1": 2}
+    assert "confirmed on 3 prompts × 2 runs in" in out
     cands = doc["candidates"]
     assert doc["priced"] == len(cands) > 5  # distinct behaviours only (identical ones deduplicated)
     preds = [c["predicted_speedup"] for c in cands]
@@ -31,7 +34,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     for c in measured:
         assert c["predicted_confirmed_speedup"] > 0 and c["predicted_confirmed_tokens_per_s"] > 0  # on the prompts the confirmation measured
         m = c["measured"]
-        assert m["speedup"] > 0 and m["tokens_per_s"] > 0 and m["runs"] == 3 and m["identical_runs"] == 3  # greedy: same tokens
+        assert m["speedup"] > 0 and m["tokens_per_s"] > 0 and m["runs"] == 6 and m["identical_runs"] == 6  # greedy: same tokens
         assert set(m["by_category"]) == {"coding", "editing", "qa"}
     # k=auto is priced like the rest (the policy replayed over the records) and confirmed by a real run
     auto = [c for c in cands if ",k=auto" in c["setup"]]
@@ -43,7 +46,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert heads and all(parse_setup(c["setup"]).engine == "tiny-head" for c in heads)
     assert {(parse_setup(c["setup"]).beams, parse_setup(c["setup"]).depth) for c in heads} > {(1, 1)}  # deduplicated, not one
     best = heads[0]
-    assert best["measured"] and best["measured"]["runs"] == 3 and best["measured"]["identical_runs"] == 3
+    assert best["measured"] and best["measured"]["runs"] == 6 and best["measured"]["identical_runs"] == 6
     assert best["predicted_confirmed_speedup"] > 0 and "head levels × c" in best["why"]
     assert not any(e["setup"].startswith("redrafter:") for e in doc["other_measured"])
     assert "redrafter:tiny-head,beams=4,depth=4,widths=all" not in {c["setup"] for c in cands}  # the calibration lane is not a candidate
@@ -62,7 +65,7 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     # best confirmed by a real run; the static trees' ranks come from the chain calibration
     dyn = [c for c in cands if c["kind"] == "tree" and not c["shape"]]
     assert dyn and all(c["drafter"].startswith("tree:") and parse_setup(c["setup"]).shape is None for c in dyn)
-    assert dyn[0]["measured"] and dyn[0]["measured"]["identical_runs"] == 3 and "draft forwards at c" in dyn[0]["why"]
+    assert dyn[0]["measured"] and dyn[0]["measured"]["identical_runs"] == 6 and "draft forwards at c" in dyn[0]["why"]
     assert not doc["other_measured"] and any("dynamic trees of more than 32 nodes" in t for t in doc["not_tried"])
     assert len(doc["verify_curve"]) == 33 and doc["verify_curve"][0] == 1.0
     # priced with this run's verifies: the profile's curve moved to what the calibration lanes measured (their verifies
@@ -237,6 +240,18 @@ def test_a_prediction_beside_a_measurement_is_on_the_same_prompts():
     assert predicted_cell(dict(predicted_speedup=float("nan"), measured=None), False) == "–"
     c.update(predicted_tokens_per_s=4.6, predicted_confirmed_tokens_per_s=5.2)
     assert predicted_cell(c, True, "tokens_per_s") == "5.2*" and predicted_cell(c, False, "tokens_per_s") == "4.6"
+
+
+def test_the_confirmations_runs_are_said_beside_its_prompts():
+    """The finder's first line says how many times the confirmation ran its prompts: nothing for once each (and for
+    reports from before it repeated them), the count for every prompt alike, the range where the budget stopped a
+    round part-way."""
+    from app.commands.tune import confirm_rounds
+
+    assert confirm_rounds(dict(prompts=dict(confirmed=["a", "b"]))) == ""
+    assert confirm_rounds(dict(prompts=dict(confirmed_runs={"a": 1, "b": 1}))) == ""
+    assert confirm_rounds(dict(prompts=dict(confirmed_runs={"a": 3, "b": 3}))) == " × 3 runs"
+    assert confirm_rounds(dict(prompts=dict(confirmed_runs={"a": 3, "b": 2}))) == " × 2–3 runs"
 
 
 def test_the_setups_a_confirmation_cannot_tell_from_the_winner():
