@@ -50,10 +50,11 @@ CALIBRATION_SHARE = 0.5
 DROP_AFTER = 2
 DROP_BELOW = 0.85
 #: the confirmation runs its prompts again, round after round while the budget allows, until each confirmed setup has
-#: run CONFIRM_RUNS times (at most CONFIRM_ROUNDS rounds): one run of two prompts measured the palindrome and rename
-#: prompts' first prompt 17–39 % slower than the grid's bench of the same setups minutes later, and three of five
-#: predictions 11–15 % high against it (resources/bench/README.md, "On an AVX2 machine"); with six prompts or more,
-#: one round
+#: run CONFIRM_RUNS times (at most CONFIRM_ROUNDS rounds; six prompts or more: one round): one run of the two palindrome
+#: and rename prompts measured the first one's lanes 17–39 % slower than the grid's bench of the same setups minutes
+#: later, and three of five predictions 11–15 % high against it. Three rounds measured those lanes as the bench did;
+#: the predictions were then 17–21 % high against a baseline that ran 10 % faster than in the bench, which more runs
+#: do not average away (resources/bench/README.md, "On an AVX2 machine")
 CONFIRM_RUNS = 6
 CONFIRM_ROUNDS = 3
 
