@@ -12,7 +12,8 @@
    with the target's cost profile — per prompt, per category and overall — and each draft model's `k=auto` by
    replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
-   drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows),
+   drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows; on
+   fewer than CONFIRM_RUNS, round after round until each setup has run CONFIRM_RUNS times, at most CONFIRM_ROUNDS),
    with each ReDrafter head's best priced tree (kind `redrafter`) and each draft's best dynamic tree (kind `tree`).
 
 Output: a ranked table — predicted and measured tokens/s and speedup, α, τ, one sentence on why each wins or
