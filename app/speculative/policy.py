@@ -427,9 +427,9 @@ class AutoK:
         if total <= 0:
             return False
         # one row per confidence bin (its centre q), one column per m, vectorised: it runs before every step that
-        # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.6 ms k=auto spent on
-        # each 52 ms llama.cpp decode step where it drafted nothing (0.05 ms now; resources/bench/README.md, "On an
-        # AVX2 machine")
+        # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.7 ms k=auto spent on
+        # each 52 ms llama.cpp decode step where it drafted nothing (0.05 ms now, and 0.59 ms a step in all:
+        # resources/bench/README.md, "On an AVX2 machine")
         a = self.acceptance
         p1 = np.array([cal((b + 0.5) / Calibration.BINS) for b in range(Calibration.BINS)])
         p_hat = np.array([c[0] / c[1] for c in a.after])
