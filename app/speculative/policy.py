@@ -428,11 +428,11 @@ class AutoK:
             return False
         # one row per confidence bin (its centre q), one column per m, vectorised: it runs before every step that
         # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.7 ms k=auto spent on
-        # each 52 ms llama.cpp decode step where it drafted nothing (0.05 ms now, and 0.59 ms a step in all:
+        # each 52 ms llama.cpp decode step where it drafted nothing (0.06 ms now, and 0.59 ms a step in all:
         # resources/bench/README.md, "On an AVX2 machine")
-        a = self.acceptance
-        p1 = np.array([cal((b + 0.5) / Calibration.BINS) for b in range(Calibration.BINS)])
-        p_hat = np.array([c[0] / c[1] for c in a.after])
+        qs = [(b + 0.5) / Calibration.BINS for b in range(Calibration.BINS)]
+        p1 = np.array([cal(q) for q in qs])
+        p_hat = np.array([self.acceptance.p_after(q) for q in qs])
         m = np.arange(1, k_cap + 1)
         have = np.cumsum(p1[:, None] * p_hat[:, None] ** (m - 1)[None, :], axis=1)  # Σ_{l≤m} P_l per bin
         v = _verify_units(self.price, k_cap + 1)
