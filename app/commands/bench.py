@@ -41,7 +41,10 @@ def add_parser(sub) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--warmup", type=int, default=8, help="tokens per setup in an unrecorded warm-up run (0 = none)")
-    b.add_argument("--mode", choices=["sequential", "interleaved"], default="sequential")
+    b.add_argument("--mode", choices=["sequential", "interleaved", "paced"], default="sequential",
+                   help="sequential: one lane after another; interleaved: a prompt's lanes one step each in turn (the race); "
+                   "paced: the lane with the fewest tokens steps next, so a prompt's lanes share one stretch of time and a "
+                   "machine that slows for a while slows them alike (for speedups on a busy or noisy machine)")
     b.add_argument("--reference", metavar="SETUP", help="the lane every output is compared with (first divergence); default: the "
                    "baseline when lanes run on several targets (SETUP@ENGINE)")
     b.add_argument("--device", default=None, help="cpu | cuda (default: the manifest's)")

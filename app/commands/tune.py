@@ -1,18 +1,19 @@
 """`python -m app tune`: which decoding setup is fastest here — a setup finder.
 
-1. **Calibration** (about half of the time budget left after loading): the baseline and one calibration lane per drafter (a draft model at
-   each precision tried, n-gram lookup, ReDrafter heads trained for the target) run interleaved, prompt by prompt,
-   categories in turn. Each calibration lane drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every
-   step's draft confidences and the target's verdict; a head's verifies every beam tree up to CAL_BEAMS × CAL_DEPTH at
-   once, and (kind `tree`) a draft's dynamic-tree lane every dynamic tree up to DYN_NODES × DYN_DEPTH × DYN_BRANCH,
-   each node tagged with the trees that hold it (app.core.tuning).
+1. **Calibration** (about half of the time budget left after loading): the baseline and one calibration lane per
+   drafter (a draft model at each precision tried, n-gram lookup, ReDrafter heads trained for the target) run paced
+   (app.worker.scheduler: every lane of a prompt spans the same stretch of time), prompt by prompt, categories in
+   turn. Each calibration lane drafts long (k = CAL_K, cumulative stop CAL_CSTOP) and records every step's draft
+   confidences and the target's verdict; a head's verifies every beam tree up to CAL_BEAMS × CAL_DEPTH at once, and
+   (kind `tree`) a draft's dynamic-tree lane every dynamic tree up to DYN_NODES × DYN_DEPTH × DYN_BRANCH, each node
+   tagged with the trees that hold it (app.core.tuning).
 2. **Pricing**: every fixed setup of a grid (drafter × precision × k × stop / cstop; static token trees of each
    draft, from the ranks its chain recorded where the target corrected it; dynamic trees × nodes × depth × branch;
    lookup × k; head × beams × depth × cstop) is priced from those records
    with the target's cost profile — per prompt, per category and overall — and each draft model's `k=auto` by
    replaying the policy itself over the records (app.speculative.replay). No model runs in this phase.
 3. **Confirmation** (the rest of the budget): the best few, each category's winner and `k=auto` on the best model
-   drafter run for real, interleaved with the baseline, on the calibrated prompts (as many as the budget allows; on
+   drafter run for real, paced with the baseline, on the calibrated prompts (as many as the budget allows; on
    fewer than CONFIRM_RUNS, round after round until each setup has run CONFIRM_RUNS times, at most CONFIRM_ROUNDS),
    with each ReDrafter head's best priced tree (kind `redrafter`) and each draft's best dynamic tree (kind `tree`).
 
@@ -272,7 +273,7 @@ class Finder:
     def plan(self, setups: list[str], run_id: str, warmup: int):
         from app.worker.plan import RunPlan
 
-        return RunPlan(self.args.target, tuple(setups), tuple(self.prompts), self.sampling, mode="interleaved", chat=self.chat,
+        return RunPlan(self.args.target, tuple(setups), tuple(self.prompts), self.sampling, mode="paced", chat=self.chat,
                        warmup_tokens=warmup, run_id=run_id)
 
     def run_phase(self, phase: Phase, name: str, until_s: float, after_prompt=None) -> None:

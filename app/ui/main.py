@@ -1,7 +1,7 @@
 """`python -m app gui`: start the SpecDeck window.
 
 python -m app gui [RUNFILE [--beside RUNFILE2]] [--replay SPEED] [--preset NAME] [--target ENGINE] [--setup SPEC ...] [--prompt TEXT]
-                  [--max-new-tokens N] [--mode interleaved|sequential] [--dark] [--present]
+                  [--max-new-tokens N] [--mode interleaved|paced|sequential] [--dark] [--present]
                   [--autorun] [--screenshot PATH] [--export PATH] [--quit-after-run]
                   [--size WxH] [--settings PATH]
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--setup", action="append", default=None, help="a lane's setup string (repeatable, 1–4)")
     p.add_argument("--prompt", help="prompt text")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--mode", choices=("interleaved", "sequential"))
+    p.add_argument("--mode", choices=("interleaved", "paced", "sequential"))
     p.add_argument("--dark", action="store_true", help="dark palette")
     p.add_argument("--present", action="store_true", help="start in presentation mode (full screen, large text; F11 leaves it)")
     p.add_argument("--autorun", action="store_true", help="start a run immediately")

@@ -168,9 +168,12 @@ class MainWindow(QMainWindow):
         self.target_combo.currentTextChanged.connect(self._target_changed)
         self.mode_combo = QComboBox()
         self.mode_combo.addItem("interleaved (race)", "interleaved")
+        self.mode_combo.addItem("paced (fair timing)", "paced")
         self.mode_combo.addItem("sequential", "sequential")
         self.mode_combo.setToolTip(
-            "interleaved: lanes advance one step each in turn, each timed on its own clock;\nsequential: one lane after another"
+            "interleaved: lanes advance one step each in turn, each timed on its own clock (a faster lane shows ahead);\n"
+            "paced: the lane with the fewest tokens steps next, so all lanes share one stretch of time\n"
+            "(speedups that hold on a busy machine; the lanes' text grows together);\nsequential: one lane after another"
         )
         self.run_btn = QPushButton("▶  Run")
         self.run_btn.setObjectName("runButton")

@@ -29,7 +29,7 @@ __all__ = [
 
 SESSION_VERSION = 1
 MAX_SETUPS = 4
-MODES = ("interleaved", "sequential")
+MODES = ("interleaved", "paced", "sequential")  # app.worker.scheduler.schedule
 
 #: (lowest, highest) of each sampling field: the window's spin boxes take these ranges, and a session outside
 #: them is refused on load (an int field takes whole numbers only)

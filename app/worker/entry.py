@@ -167,7 +167,7 @@ class WorkerServer:
             self.emit(RunError(None, f"{type(e).__name__}: {e}", kind="internal"))
 
     def on_run(self, cmd) -> None:
-        """Run a RunLanes command's lanes (sequential or interleaved), then RunFinished."""
+        """Run a RunLanes command's lanes (sequential, interleaved or paced), then RunFinished."""
         from app.core.events import RunError
         from app.worker.messages import RunFinished
         from app.worker.scheduler import lane_events, schedule

@@ -5,7 +5,7 @@ app.engines.environments).
 :class:`WorkerGroup` has :class:`app.worker.client.WorkerClient`'s interface (start, send, get, stop, kill,
 pid, alive, ready, died, proc), so the CLI and the GUI's bridge use it unchanged. A run whose lanes all run in
 SpecDeck's environment goes to its worker as it is. A run that mixes environments is cut into segments in the
-run's order — within an interleaved group, the lanes of one environment side by side, then the next
+run's order — within an interleaved or paced group, the lanes of one environment side by side, then the next
 environment's — and a dispatcher thread sends them one after another, each to its worker (started on first
 use), so two lanes never run at once on one machine. The caller sees one run: one RunFinished, cancels routed
 to the segment that runs, and a dead or unstartable worker reported as errors of the lanes it held while the
@@ -52,7 +52,7 @@ def lane_python(setup: str) -> str | None:
 def segments(cmd: RunLanes, where: Callable[[LaneSpec], str]) -> list[tuple[str, RunLanes]]:
     """Cut a run into consecutive single-environment runs, keeping its order.
 
-    Sequential mode: maximal stretches of lanes in one environment. Interleaved mode: within each group (in
+    Sequential mode: maximal stretches of lanes in one environment. Interleaved and paced modes: within each group (in
     order), the group's lanes of one environment together (in order of first appearance), so a group becomes one
     segment per environment; neighbouring segments of the same environment are merged.
 
@@ -60,7 +60,7 @@ def segments(cmd: RunLanes, where: Callable[[LaneSpec], str]) -> list[tuple[str,
         (environment key, RunLanes with run id `<run id>~<n>`) pairs.
     """
     ordered: list[LaneSpec] = []
-    if cmd.mode == "interleaved":
+    if cmd.mode != "sequential":
         groups: dict[str, list[LaneSpec]] = {}
         for spec in cmd.lanes:
             groups.setdefault(spec.group, []).append(spec)

@@ -31,7 +31,7 @@ __all__ = [
     "Mode",
 ]
 
-Mode = Literal["sequential", "interleaved"]
+Mode = Literal["sequential", "interleaved", "paced"]  # app.worker.scheduler.schedule
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ class RunPlan:
     @cached_property
     def lanes(self) -> tuple[LaneSpec, ...]:
         """Every recorded lane, prompt by prompt, repeat by repeat, setups in order; one group per prompt × repeat
-        (interleaved mode advances a group's lanes side by side)."""
+        (interleaved and paced modes advance a group's lanes side by side)."""
         out = []
         for p in self.prompts:
             for r in range(self.repeats):

@@ -1,9 +1,10 @@
-"""Lane scheduler: builds each lane's event generator and runs lanes sequentially or interleaved.
+"""Lane scheduler: builds each lane's event generator and runs lanes sequentially, interleaved or paced.
 
-Never two lanes at once on one device: interleaving is round-robin by step in one thread, and each lane's
-clock counts only its own steps (the loop times its phases itself), so timings agree with sequential runs. Each
-lane's LaneDone also says how long the worker's threads waited for a CPU while the lane computed (``cpu_wait_s``,
-app.core.cpuwait): what other processes on the machine took from its clock.
+Never two lanes at once on one device: interleaving (the race: round-robin by step) and pacing (the lane with the
+fewest tokens steps next) step lanes one at a time in one thread, and each lane's clock counts only its own steps
+(the loop times its phases itself), so timings agree with sequential runs. Each lane's LaneDone also says how long
+the worker's threads waited for a CPU while the lane computed (``cpu_wait_s``, app.core.cpuwait): what other
+processes on the machine took from its clock.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from app.core.accounting import LaneRecorder, drive
 from app.core.cpuwait import CpuWait
 from app.core.errors import SetupError, SpecDeckError
-from app.core.events import LaneDone, LaneStarted, RunError
+from app.core.events import LaneDone, LaneStarted, RunError, StepEvent
 from app.core.metrics import LaneStats
 from app.core.setups import Sampling, kind_of, parse_setup
 from app.engines.base import Engine
@@ -136,11 +137,16 @@ def schedule(
     poll: Callable[[], None] = lambda: None,
 ) -> None:
     """Run lanes; `make` builds a lane's event iterator, `emit` sends each event, `poll` runs between steps
-    (reads Cancel commands). sequential: one lane after another. interleaved: lanes of the same `group`
-    advance round-robin one step each; groups run one after another, each starting its rounds at another lane
-    (the list turned by a hash of the group's name: the same for a rerun), so that no lane — the baseline, first in
-    every plan — always steps first: where a lane steps in its round moves its timings (measured on llama.cpp:
-    resources/bench/README.md, "llama.cpp rerun").
+    (reads Cancel commands). sequential: one lane after another. interleaved (the race): lanes of the same `group`
+    advance round-robin one step each, so a lane that emits more tokens per step shows ahead. paced (for measuring):
+    within a group the lane that has emitted the fewest tokens steps next, so every lane of the group spans the same
+    stretch of time — a baseline of 48 one-token steps no longer runs its last 40 alone after a speculative lane of 6
+    steps has ended, and a machine that slows for a while slows each lane alike (their speedups then hold; round-robin
+    put that slowdown on whichever lane was still running). Lanes that compute their whole answer in their first
+    step (transformers' own lanes) cannot be paced. In both, groups run one after another, each starting its rounds
+    at another lane (the list turned by a hash of the group's name: the same for a rerun; paced: the order ties go
+    in), so that no lane — the baseline, first in every plan — always steps first: where a lane steps in its round
+    moves its timings (measured on llama.cpp: resources/bench/README.md, "llama.cpp rerun").
     """
     waits = CpuWait()
     if waits.available:
@@ -155,32 +161,43 @@ def schedule(
                 emit(ev)
                 poll()
         return
-    if mode != "interleaved":
+    if mode not in ("interleaved", "paced"):
         raise ValueError(f"unknown mode {mode!r}")
     groups: dict[str, list[LaneSpec]] = {}
     for spec in lanes:
         groups.setdefault(spec.group, []).append(spec)
     for group in groups.values():
         turn = zlib.crc32(group[0].group.encode()) % len(group)
-        active = [(spec, make(spec)) for spec in group[turn:] + group[:turn]]
+        active = [[spec, make(spec), 0] for spec in group[turn:] + group[:turn]]  # [spec, events, tokens emitted]
         while active:
-            still = []
-            for spec, it in active:
-                # advance this lane to its next step (LaneStarted comes with the first one)
-                while True:
-                    try:
-                        ev = next(it)
-                    except StopIteration:
-                        break
-                    emit(ev)
-                    if isinstance(ev, (LaneDone, RunError)):
-                        break
-                    if isinstance(ev, LaneStarted):
-                        continue
-                    still.append((spec, it))
-                    break
+            if mode == "paced":
+                fewest = min(a[2] for a in active)
+                todo = [next(a for a in active if a[2] == fewest)]
+            else:
+                todo = list(active)
+            for lane in todo:
+                if not _advance(lane, emit):
+                    active.remove(lane)
                 poll()
-            active = still
+
+
+def _advance(lane: list, emit: Callable[[object], None]) -> bool:
+    """Advance one lane ([spec, events, tokens emitted]) to its next step (LaneStarted comes with the first one),
+    counting the tokens it emitted; False when the lane ended."""
+    it = lane[1]
+    while True:
+        try:
+            ev = next(it)
+        except StopIteration:
+            return False
+        emit(ev)
+        if isinstance(ev, (LaneDone, RunError)):
+            return False
+        if isinstance(ev, LaneStarted):
+            continue
+        if isinstance(ev, StepEvent):
+            lane[2] += len(ev.emitted_ids) or ev.accepted_count + (ev.target_id is not None)
+        return True
 
 
 def with_cpu_wait(events: Iterator[object], waits: CpuWait) -> Iterator[object]:

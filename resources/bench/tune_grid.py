@@ -3,9 +3,11 @@
 For each backend (PyTorch: the fp32 Qwen2.5-Coder 1.5B target with the 0.5B draft at int8; llama.cpp: both Q4_K_M):
 
 1. `python -m app tune` with a time budget picks a setup (it may choose any drafter, precision, k, stop, cstop);
-2. one interleaved `python -m app bench` runs the baseline, the grid k ∈ {2, 4, 8, 16, 24} × cstop ∈ {0, 0.3, 0.5}
+2. one paced `python -m app bench` runs the baseline, the grid k ∈ {2, 4, 8, 16, 24} × cstop ∈ {0, 0.3, 0.5}
    (15 fixed setups, the same draft), `k=auto`, transformers' assisted generation with the same draft and precision
-   (PyTorch), and the finder's pick — every lane of a prompt advancing step by step together;
+   (PyTorch), and the finder's pick — every lane of a prompt advancing together, the one with the fewest tokens next,
+   so that all of them span the same stretch of time (runs before 2026-12-05 were interleaved: one step each in turn,
+   the baseline's last 40 steps alone);
 3. the checks: the pick ≥ 0.95x the grid's best measured speedup; each confirmed candidate's predicted speedup within
    10 % of its measured one (from the finder's own confirmation run); `k=auto` ≥ 0.95x the best fixed setting in
    every category and ≥ 0.97x the baseline; `k=auto` ≥ hf-assisted on every prompt.
@@ -90,7 +92,7 @@ def main() -> int:
         auto = f"draft:{b['draft']},k=auto{b['dtype']}"
         setups = [*fixed, auto, *([b["assisted"]] if b["assisted"] else []), *([pick] if pick and pick not in (*fixed, auto) else [])]  # a pick in the grid (or k=auto) runs once
         cmd = [sys.executable, "-m", "app", "bench", "--target", b["target"], "--prompts", str(pfile), "--max-new-tokens", str(args.tokens),
-               "--mode", "interleaved", "--json", str(bj)]
+               "--mode", "paced", "--json", str(bj)]
         for s in setups:
             cmd += ["--setup", s]
         run(cmd)

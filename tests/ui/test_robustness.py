@@ -81,6 +81,20 @@ def win(fake_window):
     return fake_window(max_new_tokens=4)
 
 
+def test_every_session_mode_is_in_the_window_and_a_paced_session_runs_paced(win, tmp_path):
+    """The mode box offers exactly the modes a session may hold, and a session saved with `paced` (the scheduler's
+    fair-timing mode) opens with it chosen and plans its run paced."""
+    from app.ui.session import MODES
+
+    assert sorted(win.mode_combo.itemData(i) for i in range(win.mode_combo.count())) == sorted(MODES)
+    assert "paced" in MODES
+    path = tmp_path / "paced.json"
+    path.write_text(json.dumps(_doc(mode="paced")))
+    assert win.open_session(str(path)) is True
+    assert win.mode_combo.currentData() == "paced" and win.session().mode == "paced"
+    assert win.plan().mode == "paced"
+
+
 def test_opening_a_session_with_a_huge_token_limit_changes_nothing(win, tmp_path):
     before = win.session()
     bad = tmp_path / "big.json"

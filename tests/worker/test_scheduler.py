@@ -3,7 +3,7 @@ tested (real lanes through the scheduler: tests/worker/test_worker.py, tests/eng
 
 from __future__ import annotations
 
-from app.core.events import RunError
+from app.core.events import LaneDone, LaneStarted, RunError, StepEvent
 from app.worker.messages import LaneSpec
 from app.worker.scheduler import schedule
 
@@ -51,3 +51,59 @@ def test_interleaved_groups_take_turns_at_stepping_first():
     assert _run("interleaved") == steps
     seq = _run("sequential")
     assert [s[0] for s in seq] == [sp.lane_id for sp in _plan() for _ in range(STEPS)]
+
+
+def _paced(per_step: dict[str, int], total: int = 48, group: str = "p#0") -> list[tuple[str, int]]:
+    """(lane, tokens it had emitted before this step) in the order the paced scheduler stepped lanes that emit
+    `per_step[lane]` tokens a step (the last step cut at `total`), each lane's events as the loop makes them."""
+    out: list = []
+    specs = [LaneSpec(f"{group}/{name}", "baseline", "p", "prompt", group=group) for name in per_step]
+
+    def make(spec: LaneSpec):
+        name = spec.lane_id.split("/")[1]
+        yield LaneStarted(spec.lane_id, spec.setup, "p", 0, (1, 2), "prompt")
+        done, step = 0, 0
+        while done < total:
+            n = min(per_step[name], total - done)
+            out.append((name, done))
+            yield StepEvent(spec.lane_id, step, tuple(range(n - 1)), n - 1, 7, "bonus", 0.0, 0.0, 0.0, tuple(range(n)))
+            done, step = done + n, step + 1
+        yield LaneDone(spec.lane_id, None)
+
+    schedule(specs, make, "paced", lambda ev: None)
+    return out
+
+
+def test_paced_lanes_step_by_fewest_tokens_and_end_together():
+    """Paced: the lane that has emitted the fewest tokens steps next (ties in the group's turned order), so a baseline
+    of 48 one-token steps is spread over the whole time a lane of 8 tokens a step runs, instead of running its last
+    40 steps alone as in the race (where a slowdown late in the group would fall on the baseline only)."""
+    order = _paced({"base": 1, "spec": 8, "mid": 3})
+    assert len(order) == 48 + 6 + 16
+    tokens = {"base": 0, "spec": 0, "mid": 0}
+    for lane, before in order:
+        assert before == tokens[lane]
+        live = [n for n in ("base", "spec", "mid") if tokens[n] < 48]
+        assert tokens[lane] == min(tokens[n] for n in live), (lane, tokens)  # the fewest tokens steps next
+        tokens[lane] += {"base": 1, "spec": 8, "mid": 3}[lane]
+    # every lane's last step falls in the last stretch: the spec lane (6 steps) does not end before the baseline's
+    # 40th token (the race ends it after the baseline's 6th step)
+    last = {lane: i for i, (lane, _) in enumerate(order)}
+    assert last["spec"] > [i for i, (lane, before) in enumerate(order) if lane == "base" and before == 40][0]
+    assert _paced({"base": 1, "spec": 8, "mid": 3}) == order  # the same order for a rerun
+    race = _run("interleaved")  # the race is unchanged: one step each per round
+    assert len(race) == len(GROUPS) * LANES * STEPS
+
+
+def test_paced_ties_go_in_the_groups_turned_order_and_all_groups_run():
+    """Lanes tied on tokens step in the group's turned order (not always the plan's first lane); groups run one after
+    another and every lane of each ends."""
+    starts = []
+    for g in GROUPS:
+        order = _paced({"a": 2, "b": 2, "c": 2}, total=6, group=g)
+        assert len(order) == 9
+        first_round = [lane for lane, _ in order[:3]]
+        assert sorted(first_round) == ["a", "b", "c"]
+        assert [lane for lane, _ in order[3:6]] == first_round == [lane for lane, _ in order[6:]]
+        starts.append(first_round[0])
+    assert len(set(starts)) >= 2, starts

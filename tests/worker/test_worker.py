@@ -86,7 +86,7 @@ def run_collect(client, cmd):
     return done, steps, errors, seen
 
 
-def test_interleaved_equals_sequential(client, tiny_pair):
+def test_interleaved_and_paced_equal_sequential(client, tiny_pair):
     t, d = (str(p) for p in tiny_pair)
     s = Sampling(max_new_tokens=24)
     seq, _, e1, _ = run_collect(client, RunLanes("seq", t, lanes(t, d), s, "sequential", chat=False))
@@ -99,6 +99,18 @@ def test_interleaved_equals_sequential(client, tiny_pair):
     first_done = next(i for i, e in enumerate(seen) if isinstance(e, LaneDone))
     assert len({lid for lid in order[:first_done]}) >= 2
     assert all(isinstance(e, LaneStarted) for e in seen if getattr(e, "prompt_ids", None) is not None)
+    # paced, with real lanes: the same tokens, and each step is taken by a lane with the fewest tokens so far
+    paced, _, e3, seen = run_collect(client, RunLanes("pace", t, lanes(t, d), s, "paced", chat=False))
+    assert not e3 and {k: v.output_ids for k, v in paced.items()} == {k: v.output_ids for k, v in seq.items()}
+    tokens, ended = {lid: 0 for lid in paced}, set()
+    for e in seen:
+        if isinstance(e, StepEvent):
+            live = [n for lid, n in tokens.items() if lid not in ended]
+            assert tokens[e.lane_id] == min(live), (e.lane_id, tokens)
+            tokens[e.lane_id] += len(e.emitted_ids)
+        elif isinstance(e, LaneDone):
+            ended.add(e.lane_id)
+    assert tokens == {lid: 24 for lid in paced}
 
 
 def test_cancel_stops_within_a_step(client, tiny_pair):
