@@ -168,11 +168,11 @@ def schedule(
         groups.setdefault(spec.group, []).append(spec)
     for group in groups.values():
         turn = zlib.crc32(group[0].group.encode()) % len(group)
-        active = [[spec, make(spec), 0] for spec in group[turn:] + group[:turn]]  # [spec, events, tokens emitted]
+        active = [_Lane(make(spec)) for spec in group[turn:] + group[:turn]]
         while active:
             if mode == "paced":
-                fewest = min(a[2] for a in active)
-                todo = [next(a for a in active if a[2] == fewest)]
+                fewest = min(lane.tokens for lane in active)
+                todo = [next(lane for lane in active if lane.tokens == fewest)]
             else:
                 todo = list(active)
             for lane in todo:
@@ -181,10 +181,16 @@ def schedule(
                 poll()
 
 
-def _advance(lane: list, emit: Callable[[object], None]) -> bool:
-    """Advance one lane ([spec, events, tokens emitted]) to its next step (LaneStarted comes with the first one),
-    counting the tokens it emitted; False when the lane ended."""
-    it = lane[1]
+@dataclasses.dataclass
+class _Lane:
+    events: Iterator[object]
+    tokens: int = 0  # emitted so far
+
+
+def _advance(lane: _Lane, emit: Callable[[object], None]) -> bool:
+    """Advance one lane to its next step (LaneStarted comes with the first one), counting the tokens it emitted;
+    False when the lane ended."""
+    it = lane.events
     while True:
         try:
             ev = next(it)
@@ -196,7 +202,7 @@ def _advance(lane: list, emit: Callable[[object], None]) -> bool:
         if isinstance(ev, LaneStarted):
             continue
         if isinstance(ev, StepEvent):
-            lane[2] += len(ev.emitted_ids) or ev.accepted_count + (ev.target_id is not None)
+            lane.tokens += len(ev.emitted_ids) or ev.accepted_count + (ev.target_id is not None)
         return True
 
 
