@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.commands.tune import headline, measured_only_why, partial_note, predicted_cell, verify_note
+from app.commands.tune import headline, measured_only_why, partial_note, predicted_cell, speed_note, verify_note
 
 __all__ = ["TuneDialog", "winner_lanes", "command_line"]
 
@@ -282,7 +282,7 @@ class TuneDialog(QDialog):
             ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
             lines.append(f"{cat or '(none)'}: {x['setup']} (predicted {_num(x.get('predicted_speedup'))}x{ms})")
         lines += [f"break-even: {t}" for t in doc.get("break_even_text", [])]
-        lines += [verify_note(doc)] if verify_note(doc) else []
+        lines += [note for note in (verify_note(doc), speed_note(doc)) if note]
         if doc.get("not_tried"):
             lines.append("not tried: " + "; ".join(doc["not_tried"]))
         self.summary.setPlainText("\n".join(lines))

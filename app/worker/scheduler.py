@@ -181,7 +181,7 @@ def schedule(
                 poll()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # a lane is itself (list.remove by identity)
 class _Lane:
     events: Iterator[object]
     tokens: int = 0  # emitted so far

@@ -78,6 +78,11 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert (s is None or s > 0) and ("verify cost: this run's verifies cost" in out) == (s is not None)
     note = next(x for x in out.splitlines() if x.startswith("verify cost: this run's verifies"))
     assert "V(2) " in note and "priced with this run's" in note
+    # the machine's speed in the two phases: the baseline's wall on the 3 confirmed prompts, each a mean of its 2 rounds
+    speed = doc["baseline_speed"]
+    assert speed["prompts"] == 3 and speed["calibration_s"] > 0 and speed["confirmation_s"] > 0
+    assert speed["ratio"] == pytest.approx(speed["confirmation_s"] / speed["calibration_s"])
+    assert ("machine speed: the baseline ran" in out) == (abs(speed["ratio"] - 1) > 0.05)
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
@@ -287,3 +292,24 @@ def test_the_verify_note_says_when_the_run_moved_the_curve():
     assert verify_note(dict(verify_scale=None, profile_verify_curve=prof, verify_curve=used)).startswith(
         "verify cost: this run's verifies moved the cost profile's curve (V(2) 1.17 → 1.10")
     assert verify_note(dict(verify_scale=None, profile_verify_curve=prof, verify_curve=prof)) == ""
+
+
+def test_the_speed_note_says_when_the_machine_ran_at_another_speed_in_the_confirmation():
+    """The baseline's wall on the prompts both phases ran (the confirmation's a mean over its rounds) is compared; a
+    move of more than SPEED_NOTE gets one line naming which way and by how much, a smaller one none."""
+    from app.commands.tune import SPEED_NOTE, baseline_speed, speed_note
+    from app.core.tuning import PromptCal
+
+    records = [PromptCal("a", "code", 48, 10.0, 1.0, 0.19, 0.0), PromptCal("b", "qa", 48, 14.0, 1.5, 0.26, 0.0),
+               PromptCal("c", "qa", 48, 99.0, 1.5, 0.26, 0.0)]  # c: not confirmed
+    measured = {"baseline": {"walls": {"a": 36.0, "b": 50.4}}, "x": {"walls": {"a": 5.0, "b": 6.0}}}
+    b = baseline_speed(records, measured, {"a": 3, "b": 3})
+    assert b == dict(prompts=2, calibration_s=24.0, confirmation_s=pytest.approx(28.8), ratio=pytest.approx(1.2))
+    line = speed_note(dict(baseline_speed=b))
+    assert line.startswith("machine speed: the baseline ran 20 % slower in the confirmation than in the calibration on the same 2 prompt(s)")
+    assert "(28.8 s against 24.0 s)" in line
+    faster = baseline_speed(records, {"baseline": {"walls": {"a": 8.0}}}, {"a": 1})
+    assert faster["ratio"] == pytest.approx(0.8) and "20 % faster" in speed_note(dict(baseline_speed=faster))
+    near = baseline_speed(records, {"baseline": {"walls": {"a": 10.0 * (1 + SPEED_NOTE / 2)}}}, {"a": 1})
+    assert speed_note(dict(baseline_speed=near)) == ""
+    assert baseline_speed(records, {"x": {"walls": {"a": 5.0}}}, {"a": 1}) is None and speed_note({}) == ""
