@@ -1,6 +1,7 @@
 """Cost-aware speculation (k=auto) against fixed settings and the libraries' own rules, on PyTorch and llama.cpp.
 
-One interleaved `python -m app bench` run (greedy, every lane of a prompt advancing step by step together), then
+One paced `python -m app bench` run (greedy, every lane of a prompt advancing together, the one with the fewest
+tokens next; interleaved, one step each in turn, before 2026-12-05), then
 the checks the README quotes:
 
 * every `k=auto` lane at least 0.97x the baseline of its own target, overall and in every prompt category;
@@ -59,7 +60,7 @@ def main() -> int:
     target = TARGET
     if args.llamacpp_only:  # the llama.cpp model is the run's target (no PyTorch baseline to wait for)
         target, setups = LC_TARGET, [s.removesuffix(f"@{LC_TARGET}") for s in setups]
-    cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--mode", "interleaved", "--max-new-tokens", str(args.tokens),
+    cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--mode", "paced", "--max-new-tokens", str(args.tokens),
            "--json", args.json, "--quiet"]
     cmd += ["--suite", args.suite] if args.suite else ["--prompts", args.prompts]
     for s in setups:

@@ -1,10 +1,11 @@
-"""How well the setup finder prices fixed setups: its predictions against one interleaved bench of the same setups.
+"""How well the setup finder prices fixed setups: its predictions against one paced bench of the same setups.
 
 1. The finder's calibration (`python -m app tune`'s first phase: the baseline and a k=24, cstop=0.02 calibration
    lane of the draft, prompt by prompt) on the prompts;
 2. its pricing of each fixed setup below from those records (app.core.tuning, the curve scaled to the run's
    verifies as the finder does);
-3. one interleaved `python -m app bench` of the baseline and those setups on the same prompts;
+3. one paced `python -m app bench` of the baseline and those setups on the same prompts (interleaved before
+   2026-12-05);
 4. predicted against measured speedup, overall and per category, and the mean and worst error.
 
 The setups mix the rules the finder prices: plain k, cumulative stops (cstop), per-token stops (stop), and static
@@ -117,7 +118,7 @@ def main() -> int:
         setups.append(s)
     bench = Path(tempfile.mkdtemp(prefix="finder-accuracy-")) / "bench.json"
     cmd = [sys.executable, "-m", "app", "bench", "--target", target, "--prompts", args.prompts, "--max-new-tokens", str(args.tokens),
-           "--mode", "interleaved", "--json", str(bench)]
+           "--mode", "paced", "--json", str(bench)]
     for s in setups:
         cmd += ["--setup", s]
     print("$", " ".join(cmd), flush=True)
