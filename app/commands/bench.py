@@ -26,6 +26,7 @@ __all__ = ["add_parser", "run", "plan_of", "prompts_of", "error_lines"]
 def add_parser(sub) -> None:
     from app.core.prompts import list_suites
     from app.core.setups import kinds
+    from app.worker.messages import MODES
 
     b = sub.add_parser("bench", help="headless comparison of setups against the baseline")
     b.add_argument("--target", required=True, help="engine name (see `engines`), .gguf file or HF folder")
@@ -41,7 +42,7 @@ def add_parser(sub) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--warmup", type=int, default=8, help="tokens per setup in an unrecorded warm-up run (0 = none)")
-    b.add_argument("--mode", choices=["sequential", "interleaved", "paced"], default="sequential",
+    b.add_argument("--mode", choices=MODES, default="sequential",
                    help="sequential: one lane after another; interleaved: a prompt's lanes one step each in turn (the race); "
                    "paced: the lane with the fewest tokens steps next, so a prompt's lanes share one stretch of time and a "
                    "machine that slows for a while slows them alike (for speedups on a busy or noisy machine)")

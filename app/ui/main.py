@@ -28,6 +28,8 @@ DESKTOP_ID = "specdeck"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app.worker.messages import MODES
+
     p = argparse.ArgumentParser(prog="specdeck gui", description="Compare decoding setups side by side.")
     p.add_argument("runfile", nargs="?", metavar="RUNFILE",
                    help="a run file (.specdeck, from File ▸ Save run or `bench --record`) to show as it finished")
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--setup", action="append", default=None, help="a lane's setup string (repeatable, 1–4)")
     p.add_argument("--prompt", help="prompt text")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--mode", choices=("interleaved", "paced", "sequential"))
+    p.add_argument("--mode", choices=MODES)
     p.add_argument("--dark", action="store_true", help="dark palette")
     p.add_argument("--present", action="store_true", help="start in presentation mode (full screen, large text; F11 leaves it)")
     p.add_argument("--autorun", action="store_true", help="start a run immediately")

@@ -6,7 +6,7 @@ Commands go client → worker; events (these plus app.core.events) go worker →
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from app.core.events import Event, LaneDone, LaneStarted, LogEvent, Progress, RunError, StepEvent
 from app.core.setups import Sampling
@@ -29,9 +29,12 @@ __all__ = [
     "WorkerDied",
     "WorkerEvent",
     "Mode",
+    "MODES",
 ]
 
 Mode = Literal["sequential", "interleaved", "paced"]  # app.worker.scheduler.schedule
+#: every Mode, for choices and checks (bench, gui, sessions, the scheduler)
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from app.core.events import LaneDone, LaneStarted, RunError, StepEvent
 from app.core.metrics import LaneStats
 from app.core.setups import Sampling, kind_of, parse_setup
 from app.engines.base import Engine
-from app.worker.messages import LaneSpec
+from app.worker.messages import MODES, LaneSpec
 from app.worker.plan import RunPlan
 
 __all__ = ["PoolEnv", "check_context", "context_length", "lane_events", "schedule", "with_cpu_wait"]
@@ -161,7 +161,7 @@ def schedule(
                 emit(ev)
                 poll()
         return
-    if mode not in ("interleaved", "paced"):
+    if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}")
     groups: dict[str, list[LaneSpec]] = {}
     for spec in lanes:
@@ -170,11 +170,8 @@ def schedule(
         turn = zlib.crc32(group[0].group.encode()) % len(group)
         active = [_Lane(make(spec)) for spec in group[turn:] + group[:turn]]
         while active:
-            if mode == "paced":
-                fewest = min(lane.tokens for lane in active)
-                todo = [next(lane for lane in active if lane.tokens == fewest)]
-            else:
-                todo = list(active)
+            # paced: the first of the lanes with the fewest tokens (min keeps the first of equals: the turned order)
+            todo = [min(active, key=lambda lane: lane.tokens)] if mode == "paced" else list(active)
             for lane in todo:
                 if not _advance(lane, emit):
                     active.remove(lane)
