@@ -1,0 +1,43 @@
+"""resources/bench/tune_grid.py's priced verdict on a literal finder report: k=auto against the best fixed setup of the
+grid per category, as the finder priced both on one set of calibration records."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "tune_grid.py"
+
+
+def _tune_grid():
+    spec = importlib.util.spec_from_file_location("tune_grid_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cand(setup: str, **by_category: float) -> dict:
+    return dict(setup=setup, predicted_by_category=by_category)
+
+
+def test_priced_verdict_takes_the_best_fixed_setup_of_the_grid_in_each_category():
+    tg = _tune_grid()
+    fixed = tg.grid("d", ",dtype=int8")
+    auto = "draft:d,k=auto,dtype=int8"
+    tune = {"candidates": [
+        _cand("draft:d,k=24,cstop=0.5,dtype=int8", coding=2.0, qa=1.2),
+        _cand("draft:d,k=2,cstop=0.5,dtype=int8", coding=1.5, qa=1.5),
+        # off the grid (k=12, a tree): the finder priced them, the grid's verdict leaves them out
+        _cand("draft:d,k=12,cstop=0.5,dtype=int8", coding=3.0, qa=3.0),
+        _cand("tree:d,shape=2x2,dtype=int8", coding=3.0, qa=3.0),
+        _cand(auto, coding=1.9, qa=1.5, rag=1.4),  # rag: no fixed setup priced there
+    ]}
+    got = tg.priced_by_category(tune, fixed, auto)
+    assert set(got) == {"coding", "qa"}
+    assert got["coding"]["best_setup"] == "draft:d,k=24,cstop=0.5,dtype=int8"
+    assert got["coding"]["ratio"] == pytest.approx(0.95)
+    assert got["qa"]["best_setup"] == "draft:d,k=2,cstop=0.5,dtype=int8" and got["qa"]["ratio"] == pytest.approx(1.0)
+    # a finder run that did not price k=auto: nothing to judge
+    assert tg.priced_by_category({"candidates": tune["candidates"][:2]}, fixed, auto) == {}
