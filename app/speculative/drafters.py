@@ -337,7 +337,7 @@ class DraftModelDrafter:
             drafted.append(tok)
             p_all *= q_drafted[-1]
             if auto is not None:
-                p = self.calibration(q_drafted[-1])
+                p = auto.local(self.calibration(q_drafted[-1]))
                 if not cum and p_opening is not None:
                     p = p_opening  # the answer's first token: the opening's own estimate, whatever its confidence (AutoK.ended)
                 cum.append(cum[-1] * p if cum else p)
@@ -364,6 +364,7 @@ class DraftModelDrafter:
             # answer's first token, in the opening step, teach the calibration: AutoK.ended)
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
                 if i or not self._opening:
+                    self.auto.answer_verdict(self.auto.local(self.calibration(q)), i < accepted)  # this answer's shift
                     self.calibration.update(q, i < accepted)
             self.auto.ended(drafted, accepted, self._scores, self._dropped, opening=self._opening)
             self._scores, self._dropped, self._opening = [], None, False

@@ -33,6 +33,11 @@ Acceptance is estimated where it is decided, from the target's verdicts:
 * the next token, not yet drafted: P(accepted | the previous draft was accepted, and its confidence bin) — a token
   after a confident one is likely confident too; an average over all drafts would be dominated by the unconfident
   last drafts where proposals stop, and would make the policy stop drafting where drafting pays.
+* and each of these shifted, within one answer, by what this answer's verdicts say of it (:meth:`AutoK.local`): a
+  shift in log-odds, 0 when the answer starts, with a prior of variance ANSWER_SHIFT_VAR. The estimates above are
+  learnt over many answers — from a saved memory, over hundreds of verdicts, which one answer's few do not move —
+  and an answer can be unlike them: on a Spec-Bench editing prompt the target rejected the draft's confident
+  tokens step after step, and k=auto drafted 140 tokens to keep 39 (1.17x, where `k=8,cstop=0.5` made 1.65x).
 
 Each estimate starts from a prior worth PRIOR_WEIGHT verdicts, so that the first few steps of an answer do not swing
 it; and a draft lane starts from what the previous lane of the same (target, draft) pair learnt in this worker
@@ -66,7 +71,7 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
            "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -91,6 +96,13 @@ PRIOR_GAMMA = 0.7
 FIRST_Q_PRIOR = 1.0
 #: the prior of an answer's first draft being accepted: 14 of 24 on the Qwen pair's Spec-Bench prompts (AutoK.ended)
 OPENING_PRIOR = 0.6
+#: the prior variance, in log-odds, of how far one answer's acceptance is from the estimates learnt over many
+#: (AutoK.local): a shift of ±0.5 (odds ×0.6 … ×1.65) is one standard deviation. Replayed over a calibration of the 24
+#: Spec-Bench prompts (3 orders), k=auto went from 0.980 to 0.998 of the best fixed setting starting from a saved
+#: memory of 46 answers (editing 0.91 → 1.06), and from 0.987 to 0.996 from its priors; in a sweep of the variance on
+#: the same records 0.1 moved editing less and 0.5 and 1 lost more elsewhere (resources/bench/README.md, "An answer's
+#: own acceptance")
+ANSWER_SHIFT_VAR = 0.25
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
 
@@ -274,6 +286,8 @@ class AutoK:
         self.last_why = ""
         self.answers = 0  # lanes (answers) whose verdicts this state holds: counted when a lane ends
         self._decode_price: StepPrice | None = None  # the decode steps' price while step 0's is in force (riding_on_the_prompt)
+        self.shift = 0.0  # this answer's shift of the acceptance estimates, in log-odds (local)
+        self._shift_h = 1.0 / ANSWER_SHIFT_VAR  # its precision: the prior's plus this answer's verdicts'
 
     # --- costs (units of T(1)) ----------------------------------------------------------------------------
     def t(self, n: int) -> float:
@@ -323,7 +337,9 @@ class AutoK:
         """A new answer starts: λ starts from the rate over the earlier answers (worth START_UNITS), not from the
         last one's last steps — a rate learnt on easy text (4.2 tokens per unit after two editing answers) kept a
         summary's opening from drafting, and the first steps of a hard answer (a translation's) from drafting the
-        unsure tokens that pay there (resources/bench/README.md, "k=auto's λ at an answer's start")."""
+        unsure tokens that pay there (resources/bench/README.md, "k=auto's λ at an answer's start"). The answer's
+        own shift of the acceptance estimates (:meth:`local`) starts at 0."""
+        self.shift, self._shift_h = 0.0, 1.0 / ANSWER_SHIFT_VAR
         self._all_tok *= _ANSWER_DECAY
         self._all_units *= _ANSWER_DECAY
         if self._all_units > 0:
@@ -385,10 +401,24 @@ class AutoK:
         dp = self.draft_profile
         return self.price.c * (dp.t(feed) - dp.t1_s) / dp.t1_s
 
+    def local(self, p: float) -> float:
+        """An acceptance estimate learnt over many answers, shifted to this answer: logit(p) + shift."""
+        if self.shift == 0.0:
+            return p
+        p = min(max(p, 1e-6), 1.0 - 1e-6)
+        return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + self.shift)))
+
+    def answer_verdict(self, p: float, kept: bool) -> None:
+        """One verdict of this answer on a draft the policy expected to be kept with probability `p` (already shifted):
+        one Newton step of the shift's log-posterior — a Gaussian prior of variance ANSWER_SHIFT_VAR around 0, a
+        Bernoulli likelihood per verdict — so that a few verdicts move it a little and a run of them a lot."""
+        self._shift_h += p * (1.0 - p)
+        self.shift += ((1.0 if kept else 0.0) - p) / self._shift_h
+
     def p_next(self, q_last: float | None) -> float:
         """Acceptance expected of the next draft, not yet drafted: after the draft with confidence `q_last`, or — at
-        the start of a step (None) — after how the previous step ended."""
-        return self.acceptance.p_first(self.start) if q_last is None else self.acceptance.p_after(q_last)
+        the start of a step (None) — after how the previous step ended; shifted to this answer (:meth:`local`)."""
+        return self.local(self.acceptance.p_first(self.start) if q_last is None else self.acceptance.p_after(q_last))
 
     def worth_drafting_more(self, cum: list[float], k_cap: int, p_next: float | None = None, extra: float = 0.0) -> bool:
         """Whether drafting (at least) one more token can beat drafting no more, both valued over two steps: some
@@ -431,8 +461,8 @@ class AutoK:
         # each 52 ms llama.cpp decode step where it drafted nothing (0.06 ms now, and 0.59 ms a step in all:
         # resources/bench/README.md, "On an AVX2 machine")
         qs = [(b + 0.5) / Calibration.BINS for b in range(Calibration.BINS)]
-        p1 = np.array([cal(q) for q in qs])
-        p_hat = np.array([self.acceptance.p_after(q) for q in qs])
+        p1 = np.array([self.local(cal(q)) for q in qs])
+        p_hat = np.array([self.local(self.acceptance.p_after(q)) for q in qs])
         m = np.arange(1, k_cap + 1)
         have = np.cumsum(p1[:, None] * p_hat[:, None] ** (m - 1)[None, :], axis=1)  # Σ_{l≤m} P_l per bin
         v = _verify_units(self.price, k_cap + 1)
@@ -500,6 +530,9 @@ class AutoK:
                f"verify V({k + 1}) {self.t(k + 1):.2f}x one token, a draft c {self.d:.2f}")
         if cum:
             why += "; P(all accepted) " + " ".join(f"{p:.2f}" for p in cum[: min(len(cum), 8)]) + (" …" if len(cum) > 8 else "")
+        if abs(self.shift) >= 0.1:
+            why += (f"; this answer's drafts kept {'less' if self.shift < 0 else 'more'} often than learnt "
+                    f"(odds ×{math.exp(self.shift):.2f})")
         self.last_why = why
         return why
 

@@ -6,7 +6,9 @@
    own as a fresh worker would run it);
 2. `k=auto` priced by replaying the policy over the records (app.speculative.replay: the real DraftModelDrafter and
    AutoK, the draft and the target answering from the records, what the policy learnt carried from prompt to prompt
-   in the order the finder met them), and each fixed setup of the grid k ∈ {2, 4, 8, 16, 24} × cstop ∈ {0, 0.3,
+   in the order the finder met them, each calibration's first prompt from the priors — or, with `--saved`, from
+   what this machine saved of the pair, as a real lane's first answer starts: app.speculative.policy.load_learnt,
+   read only), and each fixed setup of the grid k ∈ {2, 4, 8, 16, 24} × cstop ∈ {0, 0.3,
    0.5} priced from the same records (app.core.tuning.price_candidate);
 3. per prompt, per category and overall: k=auto's predicted speedup against the best fixed setup's there, and how
    many tokens k=auto drafted and kept in how many steps; and against transformers' assisted generation's rule as
@@ -75,6 +77,9 @@ def main() -> int:
                          "and the worst category's worst order")
     ap.add_argument("--order", help="a JSONL prompts file (a bench's --prompts): replay every calibration's prompts in its "
                                      "order, in one worker, as that bench met them")
+    ap.add_argument("--saved", action="store_true",
+                    help="start k=auto from what this machine saved of the pair (SPECDECK_KAUTO_MEMORY, else the kauto folder "
+                         "beside the cost profiles; read, never written), as a real lane does, not from its priors")
     ap.add_argument("--json", default="/tmp/kauto-replay.json")
     args = ap.parse_args()
 
@@ -97,6 +102,14 @@ def main() -> int:
             return 1
         docs.append(doc)
     tail = f",dtype={args.dtype}" if args.dtype else ""
+    memory = None  # what --saved starts from: {path, answers, saved} of the pair's saved memory, as `profile` shows it
+    if args.saved:
+        from app.speculative.policy import saved_summary
+
+        t_prof, d_prof = docs[0]["profiles"]
+        memory = saved_summary((t_prof.key, d_prof.key)) if d_prof is not None else None
+        print(f"k=auto starts from the saved memory: {memory}" if memory else "--saved: nothing saved of this pair here; k=auto starts from its priors",
+              flush=True)
     drafter = f"draft:{DRAFT}{tail}"
 
     # predicted and baseline walls per prompt, pooled over the calibrations: "auto" and each fixed setup's label
@@ -128,7 +141,8 @@ def main() -> int:
                 for d, pc in seq:
                     doc = docs[d]
                     t_prof, d_prof = doc["profiles"]
-                    auto = replay_auto([pc], drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, doc["curve"],
+                    saved = (t_prof.key, d_prof.key) if args.saved and d_prof is not None else None
+                    auto = replay_auto([pc], drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, doc["curve"], saved=saved,
                                        counts=done if o == 0 else None, memory=key)
                     if auto is None:
                         continue
@@ -203,7 +217,8 @@ def main() -> int:
                 r["worst_order_ratio"] = low[r["category"]]
     Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=TARGET, draft=drafter, records=args.records,
                                                tokens=args.tokens, orders=orders, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
-                                               by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}, hf_rule=hf_rule), indent=1))
+                                               by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}, hf_rule=hf_rule,
+                                               saved=memory), indent=1))
     print(f"written: {args.json}")
     return 0
 

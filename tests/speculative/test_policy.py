@@ -397,7 +397,53 @@ def test_an_unsure_opening_draft_is_valued_at_the_openings_own_estimate():
     assert "P(all accepted) 0.60 " in p.why and len(p.ids) >= 2
     d.feedback(len(p.ids), 1)
     p = d.propose(ctx([*prompt, 9, 5]))  # step 1: the first draft at its calibrated acceptance
-    assert p.why.split("P(all accepted) ")[1].startswith(f"{d.calibration(0.3):.2f}")
+    # (shifted to this answer: the opening's second draft, rejected, is this answer's first verdict: AutoK.local)
+    assert auto.shift < 0
+    assert p.why.split("P(all accepted) ")[1].startswith(f"{auto.local(d.calibration(0.3)):.2f}")
+
+
+def test_an_answers_own_verdicts_shift_its_estimates_and_the_next_answer_starts_unshifted():
+    """The estimates are learnt over many answers (from a saved memory, over hundreds of verdicts: one answer's few do
+    not move them). An answer whose confident drafts the target rejects step after step (a Spec-Bench editing prompt:
+    140 drafted, 39 kept) shifts them for itself, in log-odds (AutoK.local), and its proposals shorten; the next answer
+    starts from the estimates as learnt."""
+    from app.speculative.drafters import DraftModelDrafter
+
+    auto = AutoK(FLAT, draft_s=0.005)
+    d = DraftModelDrafter(Scripted(q=0.95), auto=auto)
+    d.calibration = Calibration(weight=200.0)  # as firm as a saved memory's
+    learnt = d.calibration(0.95)
+    prompt = [1, 2, 3]
+    d.start(prompt)
+    d.feedback(len(d.propose(ctx(prompt)).ids), 0)  # the opening: its first draft teaches nothing (AutoK.ended)
+    seq, lengths = [*prompt, 5], []
+    for _ in range(4):  # every step: the first draft rejected
+        p = d.propose(ctx(seq))
+        lengths.append(len(p.ids))
+        d.feedback(len(p.ids), 0)
+        seq.append(5)
+    now = d.calibration(0.95)
+    # the learnt estimate barely moved (4 verdicts against 200); this answer's moved more than three times as far
+    assert auto.shift < -0.5 and now - auto.local(now) > 3 * (learnt - now) > 0
+    assert lengths[-1] < lengths[0]
+    assert "this answer's drafts kept less often than learnt" in d.propose(ctx(seq)).why
+    d.start(prompt)  # the next answer
+    assert auto.shift == 0.0 and auto.local(0.9) == 0.9
+
+
+def test_an_answers_shift_is_a_newton_step_on_a_gaussian_prior():
+    """One verdict moves the shift by (kept − p) / (1 / ANSWER_SHIFT_VAR + Σ p(1 − p)): worked by hand at the prior's
+    variance 0.25 (precision 4)."""
+    from app.speculative.policy import ANSWER_SHIFT_VAR
+
+    assert ANSWER_SHIFT_VAR == 0.25
+    auto = AutoK(FLAT, draft_s=0.005)
+    auto.answer_verdict(0.9, False)
+    assert auto.shift == pytest.approx(-0.9 / 4.09)
+    p = auto.local(0.9)
+    assert p == pytest.approx(1 / (1 + math.exp(-(math.log(9) - 0.9 / 4.09))))
+    auto.answer_verdict(p, True)
+    assert auto.shift == pytest.approx(-0.9 / 4.09 + (1 - p) / (4.09 + p * (1 - p)))
 
 
 def test_an_answer_starts_from_the_rate_over_earlier_answers():

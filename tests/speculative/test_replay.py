@@ -128,8 +128,9 @@ def test_the_replay_counts_each_prompts_steps_as_a_bench_does():
     steps, drafted, kept = counts["e1"]
     assert steps + kept == 48 and drafted >= kept > 40 and steps < 8
     steps, drafted, kept = counts["h1"]
-    # after the easy prompt it keeps looking, and loses every look
-    assert steps + kept == 48 and kept == 0 and drafted > 40
+    # after the easy prompt it looks, loses every look, and this answer's verdicts (AutoK.local) teach it to look less
+    # than once a step
+    assert steps + kept == 48 and kept == 0 and 0 < drafted < steps
 
 
 def test_a_position_the_calibration_did_not_draft_ends_the_step_as_it_does_for_a_fixed_setup():
