@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.core.errors import SpecDeckError
 from app.core.setups import Sampling, parse_setup
-from app.worker.messages import MODES as _RUN_MODES
+from app.worker.messages import MODES  # app.worker.messages.Mode: app.worker.scheduler.schedule
 
 __all__ = [
     "Session",
@@ -30,7 +30,6 @@ __all__ = [
 
 SESSION_VERSION = 1
 MAX_SETUPS = 4
-MODES = _RUN_MODES  # app.worker.messages.Mode: app.worker.scheduler.schedule
 
 #: (lowest, highest) of each sampling field: the window's spin boxes take these ranges, and a session outside
 #: them is refused on load (an int field takes whole numbers only)
