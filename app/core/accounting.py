@@ -263,6 +263,7 @@ class LaneRecorder:
             tree=tree,
             # only where the step still ends on the target's correction (not cut at an EOS or the token limit)
             correction_rank=f.correction_rank if target_id is not None and a == f.accepted < k else None,
+            final=self.done,
         )
         self.acc.add(ev)
         if tree is not None:

@@ -89,6 +89,9 @@ class StepEvent:
             token among the draft's ALTS best tokens at the rejected position (2: the draft's second choice; 0: not
             among them); None otherwise. What a token tree that wide there would have caught: the setup finder
             prices static trees with it (app.core.tuning).
+        final: this is the lane's last step — it reached an EOS or the token limit — so its LaneDone follows with no
+            other step computed (the scheduler passes it on at once: app.worker.scheduler). False on every other step,
+            and on the last step of a lane that ends otherwise (stopped, or a backend that reports its end later).
     """
 
     lane_id: str
@@ -110,6 +113,7 @@ class StepEvent:
     why: str = ""
     tree: TreeStep | None = None
     correction_rank: int | None = None
+    final: bool = False
 
     @property
     def k(self) -> int:

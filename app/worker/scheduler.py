@@ -186,7 +186,7 @@ class _Lane:
 
 def _advance(lane: _Lane, emit: Callable[[object], None]) -> bool:
     """Advance one lane to its next step (LaneStarted comes with the first one), counting the tokens it emitted;
-    False when the lane ended."""
+    False when the lane ended. A lane's final step (StepEvent.final) comes with its LaneDone."""
     it = lane.events
     while True:
         try:
@@ -200,6 +200,8 @@ def _advance(lane: _Lane, emit: Callable[[object], None]) -> bool:
             continue
         if isinstance(ev, StepEvent):
             lane.tokens += len(ev.emitted_ids) or ev.accepted_count + (ev.target_id is not None)
+            if ev.final:  # its LaneDone comes next, with no step to compute: pass it on now, not when the lane's turn
+                continue  # comes again (paced: once every other lane has caught up with its tokens)
         return True
 
 

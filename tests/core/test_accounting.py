@@ -33,6 +33,7 @@ def test_steps_fold_into_events_and_stats():
     e0 = r.step(StepFacts([5], accepted=0, t_verify_s=0.5, t_wall_s=0.6))  # step 0: the prefill
     e1 = r.step(StepFacts([7, 8, 9], accepted=2, drafted_ids=[7, 8, 4], t_draft_s=0.1, t_verify_s=0.2, t_wall_s=0.35, draft_forwards=3))
     e2 = r.step(StepFacts([3, 3, 3, 6], accepted=3, drafted_ids=[3, 3, 3], t_draft_s=0.1, t_verify_s=0.2, t_wall_s=0.3, draft_forwards=3))
+    assert not (e0.final or e1.final or e2.final)  # 8 of 10 tokens, no EOS: not the last step
     assert (e0.target_kind, e1.target_kind, e2.target_kind) == ("baseline", "correction", "bonus")
     assert e1.accepted_ids == (7, 8) and e1.rejected_ids == (4,) and e1.target_id == 9 and e1.rejected_pieces == ("<4>",)
     assert e1.pieces == ("<7>", "<8>", "<9>") and e2.emitted_ids == (3, 3, 3, 6)
@@ -66,13 +67,14 @@ def test_eos_among_accepted_drafts_ends_the_step_without_a_target_token():
     ev = r.step(StepFacts([7, EOS, 8, 9], accepted=3, drafted_ids=[7, EOS, 8]))
     assert ev.emitted_ids == (7, EOS) and ev.accepted_count == 2 and ev.target_id is None and ev.target_kind == "correction"
     assert r.done and r.stop_reason == "eos" and r.finish().stats.accepted == 2
+    assert ev.final  # the lane's last step says so (the scheduler passes its LaneDone on at once)
 
 
 def test_the_token_limit_truncates():
     r = rec(max_new=3)
     r.step(StepFacts([5], t_wall_s=0.1))
     ev = r.step(StepFacts([7, 8, 9], accepted=2, drafted_ids=[7, 8]))
-    assert ev.emitted_ids == (7, 8) and ev.target_id is None and r.done and r.stop_reason == "length"
+    assert ev.emitted_ids == (7, 8) and ev.target_id is None and r.done and r.stop_reason == "length" and ev.final
     assert r.finish().stats.new_tokens == 3
 
 

@@ -107,3 +107,47 @@ def test_paced_ties_go_in_the_groups_turned_order_and_all_groups_run():
         assert [lane for lane, _ in order[3:6]] == first_round == [lane for lane, _ in order[6:]]
         starts.append(first_round[0])
     assert len(set(starts)) >= 2, starts
+
+
+def _ended(mode: str) -> list:
+    """The events of a group of three lanes — base (1 token a step), spec and late (8) — of 48 tokens each, where the
+    last step of base and spec is marked final and late's is not; "resumed" where a lane was advanced past its last step."""
+    out: list = []
+    specs = [LaneSpec(f"p#0/{name}", "baseline", "p", "prompt", group="p#0") for name in ("base", "spec", "late")]
+    per_step = {"base": 1, "spec": 8, "late": 8}
+
+    def make(spec: LaneSpec):
+        name = spec.lane_id.split("/")[1]
+        yield LaneStarted(spec.lane_id, spec.setup, "p", 0, (1, 2), "prompt")
+        done, step = 0, 0
+        while done < 48:
+            n = min(per_step[name], 48 - done)
+            done += n
+            yield StepEvent(spec.lane_id, step, tuple(range(n - 1)), n - 1, 7, "bonus", 0.0, 0.0, 0.0, tuple(range(n)),
+                            final=done == 48 and name != "late")
+            step += 1
+        out.append(("resumed", spec.lane_id))
+        yield LaneDone(spec.lane_id, None)
+
+    schedule(specs, make, mode, out.append)
+    return out
+
+
+def test_a_lane_that_ended_passes_its_lane_done_on_at_once():
+    """A lane's final step (StepEvent.final: it reached EOS or its token limit) comes with its LaneDone: paced, a
+    lane of 8 tokens a step does not show as running until the baseline's last one-token steps are done;
+    interleaved, it does not wait for another round. The LaneDone is pulled right after the final step, before any
+    other lane steps (paced, the spec lane's last step falls when the others have 40 of their 48 tokens: without the
+    mark its LaneDone waited for them all to end); a lane whose last step is not marked final (a backend that reports
+    its end later) ends on its next turn, as before."""
+    for mode in ("paced", "interleaved"):
+        events = [e for e in _ended(mode) if isinstance(e, (StepEvent, LaneDone))]
+        last_spec = max(i for i, e in enumerate(events) if isinstance(e, StepEvent) and e.lane_id == "p#0/spec")
+        assert isinstance(events[last_spec + 1], LaneDone) and events[last_spec + 1].lane_id == "p#0/spec", mode
+        base_after = sum(isinstance(e, StepEvent) and e.lane_id == "p#0/base" for e in events[last_spec:])
+        late_last = max(i for i, e in enumerate(events) if isinstance(e, StepEvent) and e.lane_id == "p#0/late")
+        late_done = next(i for i, e in enumerate(events) if isinstance(e, LaneDone) and e.lane_id == "p#0/late")
+        if mode == "paced":
+            assert base_after == 7, base_after  # told while the baseline still has 7 of its 48 steps to go
+            assert late_done - late_last > 1  # unmarked: told on its next turn, after other lanes stepped
+        assert sum(isinstance(e, LaneDone) for e in events) == 3
