@@ -111,6 +111,11 @@ def test_interleaved_and_paced_equal_sequential(client, tiny_pair):
         elif isinstance(e, LaneDone):
             ended.add(e.lane_id)
     assert tokens == {lid: 24 for lid in paced}
+    # each lane's LaneDone comes right after its final step, not once the other lanes have caught up
+    order = [e for e in seen if isinstance(e, (StepEvent, LaneDone))]
+    finals = [i for i, e in enumerate(order) if isinstance(e, StepEvent) and e.final]
+    assert len(finals) == len(paced)
+    assert all(isinstance(order[i + 1], LaneDone) and order[i + 1].lane_id == order[i].lane_id for i in finals)
 
 
 def test_cancel_stops_within_a_step(client, tiny_pair):
