@@ -114,6 +114,10 @@ def main() -> int:
         print(f"run {i + 1}: {args.reports[i]}, {doc.get('created', '?')} on {cpu or doc.get('machine', {}).get('platform') or '?'}; "
               f"{sum(1 for j, _ in cells if j == i)} prompts" + (f"; left out, a lane waited for a CPU: {', '.join(out)}" if out else ""))
     prompts = list(dict.fromkeys(p for _, p in cells))
+    if not prompts:
+        print(f"no prompt left to judge: in every one a lane waited for a CPU {100 * args.max_wait:.0f} % of its wall or more "
+              "(a busy machine's run: pass --max-wait 1 to judge it all the same)", file=sys.stderr)
+        return 2
     runs_of = {p: [j for j, q in cells if q == p] for p in prompts}
     print(f"{n_runs} run(s), {len(prompts)} prompts; k=auto: {auto}; fixed: {', '.join(s.split(',', 1)[1] for s in fixed)}\n")
 

@@ -43,3 +43,18 @@ def test_the_verdict_pools_runs_and_leaves_out_what_waited(tmp_path):
     by = {p["prompt"]: p for p in v["prompts"]}
     assert by["c2"]["vs_hf"] == pytest.approx(0.8) and by["c2"]["runs_below_hf"] == 2 and by["m1"]["runs"] == 1
     assert "k=auto below hf-assisted on 1 of 3 prompts" in r.stdout and "left out, a lane waited for a CPU: m1 (30%)" in r.stdout
+
+
+def test_a_run_where_every_prompt_waited_says_how_to_judge_it(tmp_path):
+    """A busy machine's run (every prompt has a lane that waited for a CPU): one clear error naming --max-wait, not a
+    traceback; with --max-wait 1 it is judged on its walls."""
+    walls = {"baseline": {"c1": 10.0, "m1": 10.0}, K8: {"c1": 5.0, "m1": 4.0}, AUTO: {"c1": 4.0, "m1": 5.0}}
+    a = _report(tmp_path / "a.json", walls, waited={(AUTO, "c1"): 2.0, (K8, "m1"): 1.0})
+    r = subprocess.run([sys.executable, str(SCRIPT), a], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "no prompt left to judge" in r.stderr and "--max-wait 1" in r.stderr
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), a, "--max-wait", "1", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cats = {c["category"]: c for c in json.loads(out.read_text())["categories"]}
+    assert cats["all"]["ratio"] == pytest.approx(1.0) and cats["coding"]["ratio"] == pytest.approx(1.25)
