@@ -53,10 +53,14 @@ def test_interleaved_groups_take_turns_at_stepping_first():
     assert [s[0] for s in seq] == [sp.lane_id for sp in _plan() for _ in range(STEPS)]
 
 
-def _paced(per_step: dict[str, int], total: int = 48, group: str = "p#0") -> list[tuple[str, int]]:
-    """(lane, tokens it had emitted before this step) in the order the paced scheduler stepped lanes that emit
-    `per_step[lane]` tokens a step (the last step cut at `total`), each lane's events as the loop makes them."""
-    out: list = []
+def _lanes(per_step: dict[str, int], total: int = 48, group: str = "p#0", mode: str = "paced",
+           unmarked: tuple[str, ...] = ()) -> tuple[list[tuple[str, int]], list]:
+    """Schedule lanes that emit `per_step[lane]` tokens a step (the last step cut at `total`), each lane's events as the
+    loop makes them, its last step marked final (StepEvent.final) but for the lanes in `unmarked` (a backend that
+    reports its end later): ((lane, tokens it had emitted before this step) in the order the lanes stepped, every
+    event emitted)."""
+    order: list = []
+    events: list = []
     specs = [LaneSpec(f"{group}/{name}", "baseline", "p", "prompt", group=group) for name in per_step]
 
     def make(spec: LaneSpec):
@@ -65,13 +69,20 @@ def _paced(per_step: dict[str, int], total: int = 48, group: str = "p#0") -> lis
         done, step = 0, 0
         while done < total:
             n = min(per_step[name], total - done)
-            out.append((name, done))
-            yield StepEvent(spec.lane_id, step, tuple(range(n - 1)), n - 1, 7, "bonus", 0.0, 0.0, 0.0, tuple(range(n)))
-            done, step = done + n, step + 1
+            order.append((name, done))
+            done += n
+            yield StepEvent(spec.lane_id, step, tuple(range(n - 1)), n - 1, 7, "bonus", 0.0, 0.0, 0.0, tuple(range(n)),
+                            final=done == total and name not in unmarked)
+            step += 1
         yield LaneDone(spec.lane_id, None)
 
-    schedule(specs, make, "paced", lambda ev: None)
-    return out
+    schedule(specs, make, mode, events.append)
+    return order, events
+
+
+def _paced(per_step: dict[str, int], total: int = 48, group: str = "p#0") -> list[tuple[str, int]]:
+    """(lane, tokens it had emitted before this step) in the order the paced scheduler stepped the lanes (_lanes)."""
+    return _lanes(per_step, total, group)[0]
 
 
 def test_paced_lanes_step_by_fewest_tokens_and_end_together():
@@ -109,30 +120,6 @@ def test_paced_ties_go_in_the_groups_turned_order_and_all_groups_run():
     assert len(set(starts)) >= 2, starts
 
 
-def _ended(mode: str) -> list:
-    """The events of a group of three lanes — base (1 token a step), spec and late (8) — of 48 tokens each, where the
-    last step of base and spec is marked final and late's is not; "resumed" where a lane was advanced past its last step."""
-    out: list = []
-    specs = [LaneSpec(f"p#0/{name}", "baseline", "p", "prompt", group="p#0") for name in ("base", "spec", "late")]
-    per_step = {"base": 1, "spec": 8, "late": 8}
-
-    def make(spec: LaneSpec):
-        name = spec.lane_id.split("/")[1]
-        yield LaneStarted(spec.lane_id, spec.setup, "p", 0, (1, 2), "prompt")
-        done, step = 0, 0
-        while done < 48:
-            n = min(per_step[name], 48 - done)
-            done += n
-            yield StepEvent(spec.lane_id, step, tuple(range(n - 1)), n - 1, 7, "bonus", 0.0, 0.0, 0.0, tuple(range(n)),
-                            final=done == 48 and name != "late")
-            step += 1
-        out.append(("resumed", spec.lane_id))
-        yield LaneDone(spec.lane_id, None)
-
-    schedule(specs, make, mode, out.append)
-    return out
-
-
 def test_a_lane_that_ended_passes_its_lane_done_on_at_once():
     """A lane's final step (StepEvent.final: it reached EOS or its token limit) comes with its LaneDone: paced, a
     lane of 8 tokens a step does not show as running until the baseline's last one-token steps are done;
@@ -141,7 +128,8 @@ def test_a_lane_that_ended_passes_its_lane_done_on_at_once():
     mark its LaneDone waited for them all to end); a lane whose last step is not marked final (a backend that reports
     its end later) ends on its next turn, as before."""
     for mode in ("paced", "interleaved"):
-        events = [e for e in _ended(mode) if isinstance(e, (StepEvent, LaneDone))]
+        _, emitted = _lanes({"base": 1, "spec": 8, "late": 8}, mode=mode, unmarked=("late",))
+        events = [e for e in emitted if isinstance(e, (StepEvent, LaneDone))]
         last_spec = max(i for i, e in enumerate(events) if isinstance(e, StepEvent) and e.lane_id == "p#0/spec")
         assert isinstance(events[last_spec + 1], LaneDone) and events[last_spec + 1].lane_id == "p#0/spec", mode
         base_after = sum(isinstance(e, StepEvent) and e.lane_id == "p#0/base" for e in events[last_spec:])
