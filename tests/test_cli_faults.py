@@ -167,3 +167,42 @@ def test_a_setup_failing_in_the_warm_up_fails_its_lanes_only(tiny_pair, tmp_path
     assert sorted((x["setup"], x["prompt_id"]) for x in doc["runs"]) == [("baseline", "p0"), ("baseline", "p1"), ("ngram:n=2,k=4", "p0"),
                                                                           ("ngram:n=2,k=4", "p1")]
     assert len(doc["errors"]) == 2 and all("in the warm-up" in e for e in doc["errors"])
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt, on purpose
+def test_a_stop_signal_that_python_swallowed_still_stops_the_command(tiny_pair):
+    """The finder's dialog stops `tune` with SIGTERM. Its KeyboardInterrupt is raised wherever the main thread is, and
+    inside a __del__ Python swallows it ("Exception ignored in …"): the command must still stop, at its next wait for
+    the worker, not run on to the end of its budget. Here the signal arrives while a __del__ runs, for real."""
+    from app.commands.worker_run import WorkerRun, stop_signals
+    from app.core.events import StepEvent
+    from app.core.setups import Sampling
+    from app.worker.messages import LaneSpec, LoadEngines, RunLanes
+
+    target = str(tiny_pair[0])
+    swallowed: list[bool] = []
+
+    class Dropped:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100_000):  # the handler runs in here: its KeyboardInterrupt is printed and dropped
+                pass
+
+    def on_event(ev) -> None:
+        if isinstance(ev, StepEvent) and ev.step == 1 and not swallowed:
+            Dropped()
+            swallowed.append(True)  # reached: the interrupt did not propagate
+
+    w = WorkerRun(quiet=True)
+    steps: list = []
+    try:
+        with stop_signals(w, signal.SIGTERM):
+            w.load(LoadEngines("load", target, ()))
+            lane = LaneSpec("l0", "baseline", "p", "def add(a, b):\n", group="g")
+            with pytest.raises(KeyboardInterrupt):
+                w.run(RunLanes("r", target, (lane,), Sampling(max_new_tokens=2000), chat=False),
+                      lambda ev: (steps.append(ev) if isinstance(ev, StepEvent) else None, on_event(ev)))
+    finally:
+        w.close()
+    assert swallowed and w.stop_requested.is_set()
+    assert len(steps) < 2000  # stopped mid-run, not at its end

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from app.commands.intervals import against_fastest, speedup_intervals
-from app.commands.worker_run import Stuck, WorkerRun
+from app.commands.worker_run import Stuck, WorkerRun, stop_signals
 from app.core.errors import SetupError, WorkerDiedError
 from app.core.report import check_writable, write_json
 from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
@@ -171,24 +171,24 @@ def run(args) -> int:
     b.label = args.label or ""
     failure: str | None = None
     rc = 0
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     stuck = False
     try:
-        b.load()
-        errors = b.warmup()
-        if any(e.lane_id is None or b.plan.setup_index(e.lane_id) is None for e in errors):  # the run as a whole failed
-            for e in errors:
-                print(f"error: {e.message}", file=sys.stderr)
-            return 2
-        b.run()
-    except KeyboardInterrupt:
-        failure, rc = "interrupted (Ctrl-C)", 130
-    except WorkerDiedError as e:
-        failure, rc = str(e), 2
-    except Stuck as e:
-        failure, rc, stuck = f"{e.message}; it was stopped (kill -STOP?) or is hung. Stopped it.", 2, True
+        with stop_signals(b.w, signal.SIGINT):
+            try:
+                b.load()
+                errors = b.warmup()
+                if any(e.lane_id is None or b.plan.setup_index(e.lane_id) is None for e in errors):  # the run as a whole failed
+                    for e in errors:
+                        print(f"error: {e.message}", file=sys.stderr)
+                    return 2
+                b.run()
+            except KeyboardInterrupt:
+                failure, rc = "interrupted (Ctrl-C)", 130
+            except WorkerDiedError as e:
+                failure, rc = str(e), 2
+            except Stuck as e:
+                failure, rc, stuck = f"{e.message}; it was stopped (kill -STOP?) or is hung. Stopped it.", 2, True
     finally:
-        signal.signal(signal.SIGINT, old)
         b.w.close(kill=stuck)
     return _report(args, b, failure, rc)
 

@@ -813,39 +813,33 @@ def render(doc: dict, top: int = 12) -> str:
 
 
 def run(args) -> int:
-    from app.commands.worker_run import Stuck
+    from app.commands.worker_run import Stuck, stop_signals
     from app.core.errors import WorkerDiedError
     from app.core.report import check_writable, write_json
 
     if args.json and args.json != "-":
         check_writable(args.json)
     f = Finder(args, args.quiet)
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    old_term = signal.signal(signal.SIGTERM, on_term)
     records: list = []
     ranked: list = []
     rc = 0
     try:
-        f.load()
-        f.calibrate()
-        records = f.records()
-        if not records:
-            raise SetupError("the calibration finished no prompt", fix="raise --minutes or lower --max-new-tokens")
-        ranked = f.price(records)
-        f.say_progress(f"priced {len(ranked)} setups on {len(records)} prompts; confirming the best")
-        if f.elapsed() < f.budget_s:
-            f.run_confirm(f.confirm_setups(ranked))
-    except KeyboardInterrupt:
-        f.stopped, rc = "stopped by the user", 130
-    except (WorkerDiedError, Stuck) as e:
-        f.stopped, rc = str(e), 2
+        with stop_signals(f.w, signal.SIGINT, signal.SIGTERM):
+            try:
+                f.load()
+                f.calibrate()
+                records = f.records()
+                if not records:
+                    raise SetupError("the calibration finished no prompt", fix="raise --minutes or lower --max-new-tokens")
+                ranked = f.price(records)
+                f.say_progress(f"priced {len(ranked)} setups on {len(records)} prompts; confirming the best")
+                if f.elapsed() < f.budget_s:
+                    f.run_confirm(f.confirm_setups(ranked))
+            except KeyboardInterrupt:
+                f.stopped, rc = "stopped by the user", 130
+            except (WorkerDiedError, Stuck) as e:
+                f.stopped, rc = str(e), 2
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
         f.w.close()
     if not ranked and f.calibration is not None and f.calibration.prompts_done:
         records = f.records()

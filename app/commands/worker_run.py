@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from app.commands.progress import ProgressBars
 from app.core.errors import SpecDeckError, WorkerDiedError
 
-__all__ = ["WorkerRun", "Stuck", "silence_s"]
+__all__ = ["WorkerRun", "Stuck", "silence_s", "stop_signals"]
 
 
 class Stuck(SpecDeckError):
@@ -46,6 +49,9 @@ class WorkerRun:
         self.silence_s = silence_s()
         self.tap = tap  # sees every event received, with its monotonic receive time (bench --record)
         self.ready: Any = None  # the worker's WorkerReady, once started
+        # Set by a stop signal (stop_signals). Checked while waiting for the worker, so a stop still stops the command when
+        # its KeyboardInterrupt landed where Python swallows exceptions (a __del__, a weakref callback: "Exception ignored").
+        self.stop_requested = threading.Event()
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -61,14 +67,21 @@ class WorkerRun:
             self.say(f"{'' if ev.level == 'info' else ev.level + ': '}{ev.message}")
 
     def _next(self, doing: str) -> Any:
-        try:
-            ev = self.client.get(timeout=self.silence_s)
+        """The worker's next event. Raises KeyboardInterrupt once a stop was requested, Stuck after the silence limit."""
+        deadline = time.monotonic() + self.silence_s
+        while True:
+            if self.stop_requested.is_set():
+                raise KeyboardInterrupt
+            try:
+                ev = self.client.get(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() < deadline:
+                    continue
+                raise Stuck(f"the worker (pid {self.client.pid}) sent nothing, not even a heartbeat, for {self.silence_s:.0f} s{doing}",
+                            fix="it was stopped (kill -STOP?) or is hung; rerun on a quiet machine, or raise SPECDECK_WORKER_SILENCE_S") from None
             if self.tap is not None:
                 self.tap(ev, time.monotonic())
             return ev
-        except queue.Empty:
-            raise Stuck(f"the worker (pid {self.client.pid}) sent nothing, not even a heartbeat, for {self.silence_s:.0f} s{doing}",
-                        fix="it was stopped (kill -STOP?) or is hung; rerun on a quiet machine, or raise SPECDECK_WORKER_SILENCE_S") from None
 
     def load(self, cmd: Any) -> tuple[Any, list]:
         """Start the worker, send a LoadEngines and wait for its EnginesLoaded, showing progress.
@@ -127,3 +140,21 @@ class WorkerRun:
         if kill:
             self.client.kill()
         self.client.stop()
+
+
+@contextmanager
+def stop_signals(run: WorkerRun, *signums: int) -> Iterator[None]:
+    """While inside, each of `signums` (SIGINT, SIGTERM) stops the command: KeyboardInterrupt is raised where the main
+    thread is, and `run.stop_requested` is set so that the next wait for the worker raises it again should Python
+    have swallowed the first. The previous handlers come back on leaving."""
+
+    def handler(signum, frame):
+        run.stop_requested.set()
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

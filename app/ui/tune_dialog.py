@@ -1,7 +1,8 @@
 """Run ▸ Find the fastest setup: the setup finder (`python -m app tune`) from the window.
 
 The finder runs as its own process (its own worker and models), so the window stays responsive and a Stop ends it
-cleanly: SIGTERM makes `tune` report what it measured so far. Its progress lines (``tune [ 42%] …``) drive the
+cleanly: SIGTERM makes `tune` report what it measured so far. A finder that has not ended `stop_grace_s` after Stop
+(frozen: kill -STOP, or hung) is killed, and the dialog says so. Its progress lines (``tune [ 42%] …``) drive the
 progress bar; its JSON report fills the table — predicted and measured speedups, α, τ and why each setup wins or
 loses — the winner per category and the break-even line, which also goes to the Costs tab. "Use as lanes" puts the
 baseline, the winner and the category winners in the window's lanes with one click.
@@ -16,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, QProcessEnvironment, Qt, Signal
+from PySide6.QtCore import QProcess, QProcessEnvironment, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -86,6 +87,9 @@ class TuneDialog(QDialog):
         self.proc: QProcess | None = None
         self.doc: dict | None = None
         self.stopped = False
+        self.killed = False  # Stop's SIGTERM did not end the finder within stop_grace_s: it was killed
+        self.exit_code: int | None = None  # the last finder's exit code
+        self.stop_grace_s = 45.0
         self._json = str(Path(tempfile.mkdtemp(prefix="specdeck-tune-")) / "tune.json")
         self.output: list[str] = []
 
@@ -177,7 +181,7 @@ class TuneDialog(QDialog):
             self.status.setText("Tick at least one kind of drafter.")
             return
         Path(self._json).unlink(missing_ok=True)
-        self.doc, self.stopped, self.output = None, False, []
+        self.doc, self.stopped, self.killed, self.exit_code, self.output = None, False, False, None, []
         self.table.setRowCount(0)
         self.summary.clear()
         self.progress.setValue(0)
@@ -203,6 +207,14 @@ class TuneDialog(QDialog):
             self.stopped = True
             self.status.setText("Stopping: the finder reports what it measured so far…")
             self.proc.terminate()
+            p = self.proc
+            QTimer.singleShot(int(self.stop_grace_s * 1000), self, lambda: self._kill_late(p))
+
+    def _kill_late(self, p: QProcess) -> None:
+        """Stop's grace is over and the same finder still runs: kill it (its `finished` then ends the run)."""
+        if self.proc is p and p.state() != QProcess.ProcessState.NotRunning:
+            self.killed = True
+            p.kill()
 
     @property
     def running(self) -> bool:
@@ -226,6 +238,7 @@ class TuneDialog(QDialog):
 
     def _finished(self, code: int, _status=None) -> None:
         self._read()
+        self.exit_code = code
         doc = None
         try:
             doc = json.loads(Path(self._json).read_text(encoding="utf-8"))
@@ -235,6 +248,9 @@ class TuneDialog(QDialog):
             self.show_report(doc)
             self.status.setText(("Stopped: " if self.stopped else "") + headline(doc)[0] + ".")
             self.progress.setValue(100)
+        elif self.killed:
+            self.status.setText(f"Stopped: the finder did not end within {self.stop_grace_s:g} s of Stop (frozen or hung) and was killed; "
+                                "nothing it measured was reported.")
         else:
             errors = [x for x in self.output if x.startswith("error")] or self.output[-3:]
             self.status.setText(("Stopped before anything was measured. " if self.stopped else f"The finder ended (exit {code}) without a report: ")

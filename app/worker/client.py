@@ -198,8 +198,20 @@ class WorkerClient:
             evt_r, evt_w = ctx.Pipe(duplex=False)
             from app.worker import entry
 
-            self.proc = ctx.Process(target=entry.main, args=(cmd_r, evt_w, os.getpid(), time.time()), name="specdeck-worker", daemon=True)
-            _spawn(self.proc.start)
+            proc = ctx.Process(target=entry.main, args=(cmd_r, evt_w, os.getpid(), time.time()), name="specdeck-worker", daemon=True)
+            try:
+                _spawn(proc.start)
+            except BaseException:
+                # A stop signal's KeyboardInterrupt can land inside multiprocessing's start: leave no half-started worker
+                # and no Process that stop() could not join ("can only join a started process").
+                if proc.pid is not None:
+                    proc.kill()
+                    proc.join(2.0)
+                for c in (cmd_r, cmd_w, evt_r, evt_w):
+                    c.close()
+                self.proc = None
+                raise
+            self.proc = proc
             cmd_r.close()
             evt_w.close()
             self._cmd, self._evt = cmd_w, evt_r
@@ -339,7 +351,10 @@ class WorkerClient:
         return self.events.get(timeout=timeout)
 
     def stop(self, timeout: float = 5.0) -> int | None:
-        """Ask the worker to shut down, join it (draining so the join cannot block), terminate as a fallback."""
+        """Ask the worker to shut down, join it (draining so the join cannot block), terminate as a fallback.
+
+        A worker that has not said WorkerReady (stopped while it starts) holds nothing: it is terminated at once
+        instead of being given `timeout` to read a Shutdown it only reads once started."""
         if self.proc is None:
             return None
         self._stopping = True
@@ -348,7 +363,7 @@ class WorkerClient:
                 self._cmd.send(Shutdown())
         except (BrokenPipeError, OSError):
             pass
-        self.proc.join(timeout)
+        self.proc.join(timeout if self.ready is not None else 0)
         if self.proc.is_alive():
             self.proc.terminate()
             self.proc.join(2.0)

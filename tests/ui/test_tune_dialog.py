@@ -3,7 +3,9 @@ and turns the winners into lanes."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 
 import pytest
 
@@ -40,8 +42,11 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     d.close()
 
 
-def test_stop_ends_the_finder_and_says_so(qtbot, tiny_pair):
-    """A real finder process, stopped while it loads: it ends (no hang) and the dialog says nothing was measured."""
+@pytest.mark.parametrize("mark", ["tune [", "worker pid"])
+def test_stop_ends_the_finder_and_says_so(qtbot, tiny_pair, mark):
+    """A real finder process, stopped as it starts its worker ("tune [": the stop lands inside the worker's spawn) or
+    while it loads ("worker pid"): it ends by itself with 130 (no hang, no traceback, not killed) and the dialog says
+    nothing was measured."""
     t, dr = (str(p) for p in tiny_pair)
     d = TuneDialog(t, ["quick"])
     qtbot.addWidget(d)
@@ -49,12 +54,30 @@ def test_stop_ends_the_finder_and_says_so(qtbot, tiny_pair):
     d.suite_box.setCurrentText("quick")
     d.start()
     assert d.running and not d.start_btn.isEnabled() and d.stop_btn.isEnabled()
-    qtbot.waitUntil(lambda: any(x.startswith("tune [") for x in d.output), timeout=120_000)
+    qtbot.waitUntil(lambda: any(x.startswith(mark) for x in d.output), timeout=120_000)
     assert d.progress.value() >= 0 and d.status.text()
     d.stop()
     qtbot.waitUntil(lambda: not d.running, timeout=120_000)
     assert d.start_btn.isEnabled() and not d.stop_btn.isEnabled()
-    assert d.stopped and d.status.text().startswith("Stopped")
+    assert not d.killed and d.exit_code == 130, d.output[-20:]
+    assert not any("Traceback" in x for x in d.output), d.output[-20:]
+    assert d.stopped and d.status.text().startswith("Stopped before anything was measured.")
+
+
+def test_a_frozen_finder_is_killed_after_the_grace_and_the_dialog_says_so(qtbot, tiny_pair):
+    """A finder that cannot answer Stop's SIGTERM (frozen with SIGSTOP, as a hung one would be) is killed once the
+    grace is over; the dialog is usable again and says what happened."""
+    t, dr = (str(p) for p in tiny_pair)
+    d = TuneDialog(t, ["quick"])
+    qtbot.addWidget(d)
+    d.drafts_edit.setText(dr)
+    d.stop_grace_s = 1.0
+    d.start()
+    qtbot.waitUntil(lambda: any(x.startswith("tune [") for x in d.output), timeout=120_000)
+    os.kill(d.proc.processId(), signal.SIGSTOP)
+    d.stop()
+    qtbot.waitUntil(lambda: not d.running, timeout=60_000)
+    assert d.killed and d.start_btn.isEnabled() and "was killed" in d.status.text()
 
 
 def test_command_line_and_the_busy_window(qtbot):

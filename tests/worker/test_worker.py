@@ -256,3 +256,52 @@ def test_a_fixed_draft_lane_sends_its_drafts_cached_profile_and_measures_none(ti
     assert run_lane() == [target.name]  # the draft's profile is not cached: not sent, not measured
     save_profile(replace(quiet, times_s=tuple(x / 4 for x in quiet.times_s), **profile_key_parts(draft)))
     assert run_lane() == sorted([target.name, draft.name])
+
+
+@pytest.mark.parametrize("when", ["before the fork", "after the fork"])
+def test_an_interrupt_inside_the_spawn_leaves_no_worker_and_the_client_usable(monkeypatch, when):
+    """A stop signal's KeyboardInterrupt can land inside multiprocessing's Process.start (the finder's dialog stops it
+    while it starts its worker). The signal's timing cannot be aimed, so `_spawn` is replaced by one that raises at
+    either edge of the real start: no child is left, stop() does not fail ("can only join a started process"), and
+    the next start brings up a real worker."""
+    import app.worker.client as client_mod
+
+    started = []
+
+    def interrupted(start):
+        proc = start.__self__
+        if when == "after the fork":
+            start()
+            started.append(proc)
+        raise KeyboardInterrupt
+
+    c = WorkerClient()
+    monkeypatch.setattr(client_mod, "_spawn", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        c.start()
+    assert c.proc is None and c.stop() is None
+    for proc in started:  # the child that was forked is gone, not orphaned
+        assert proc.exitcode is not None
+    monkeypatch.undo()
+    try:
+        c.start()
+        c.send(Ping("after"))
+        until(c, Pong, 10)
+    finally:
+        c.stop()
+
+
+def test_a_worker_stopped_while_it_starts_is_ended_at_once():
+    """stop() before WorkerReady: nothing to save, so no grace for a Shutdown the worker only reads once started."""
+    import multiprocessing as mp
+
+    from app.worker import entry
+
+    c = WorkerClient()
+    ctx = mp.get_context("spawn")
+    cmd_r, c._cmd = ctx.Pipe(duplex=False)
+    evt_r, evt_w = ctx.Pipe(duplex=False)
+    c.proc = ctx.Process(target=entry.main, args=(cmd_r, evt_w, os.getpid(), time.time()), daemon=True)
+    c.proc.start()
+    # terminated while it imports, not left to start (seconds) and read the Shutdown within its 30 s grace
+    assert c.stop(timeout=30) == -signal.SIGTERM
