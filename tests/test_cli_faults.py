@@ -72,7 +72,10 @@ def _worker(err: _Stderr) -> psutil.Process:
     return psutil.Process(int(re.search(r"worker pid (\d+) ready", err.text).group(1)))
 
 
-def test_ctrl_c_keeps_the_finished_lanes_and_prints_no_worker_traceback(tiny_pair, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_keeps_the_finished_lanes_and_prints_no_worker_traceback(tiny_pair, tmp_path, sig):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) and SIGTERM (to bench alone, as `timeout`
+    sends it) both stop the run and keep what finished."""
     target, _ = tiny_pair
     out = tmp_path / "r.json"
     proc = subprocess.Popen(bench_args(target, "--suite", "quick", "--setup", "ngram", "--max-new-tokens", "200", "--json", str(out)),
@@ -80,7 +83,10 @@ def test_ctrl_c_keeps_the_finished_lanes_and_prints_no_worker_traceback(tiny_pai
     err = _Stderr(proc)
     try:
         assert err.wait_for("tok/s", 400), err.text[-2000:]  # the first lane has finished
-        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group
+        if sig == "SIGINT":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
         stdout = proc.stdout.read()  # not communicate(): it would take stderr from the reader thread
         proc.wait(timeout=120)
     finally:
@@ -89,7 +95,7 @@ def test_ctrl_c_keeps_the_finished_lanes_and_prints_no_worker_traceback(tiny_pai
     err.t.join(5)
     assert proc.returncode == 130, err.text[-2000:]
     assert "Traceback" not in err.text and "KeyboardInterrupt" not in err.text
-    assert "interrupted" in err.text and "lanes that completed" in err.text
+    assert f"interrupted ({'Ctrl-C' if sig == 'SIGINT' else 'SIGTERM'})" in err.text and "lanes that completed" in err.text
     assert "baseline" in stdout  # the table of what completed
     doc = json.loads(out.read_text())
     assert doc["runs"] and "incomplete" in doc and doc["runs"][0]["setup"] == "baseline"

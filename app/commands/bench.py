@@ -1,6 +1,6 @@
 """`python -m app bench`: the headless comparison of setups against the baseline, in a worker process.
 
-Exit codes: 0 all lanes finished; 2 a user error or a failed lane; 130 interrupted (Ctrl-C). Whatever finished is
+Exit codes: 0 all lanes finished; 2 a user error or a failed lane; 130 interrupted (Ctrl-C, SIGTERM). Whatever finished is
 printed and saved in every case (the report's `errors` and `incomplete` say what did not).
 """
 
@@ -173,7 +173,7 @@ def run(args) -> int:
     rc = 0
     stuck = False
     try:
-        with stop_signals(b.w, signal.SIGINT):
+        with stop_signals(b.w, signal.SIGINT, signal.SIGTERM):
             try:
                 b.load()
                 errors = b.warmup()
@@ -183,7 +183,7 @@ def run(args) -> int:
                     return 2
                 b.run()
             except KeyboardInterrupt:
-                failure, rc = "interrupted (Ctrl-C)", 130
+                failure, rc = f"interrupted ({b.w.stopped_by()})", 130
             except WorkerDiedError as e:
                 failure, rc = str(e), 2
             except Stuck as e:

@@ -52,6 +52,11 @@ class WorkerRun:
         # Set by a stop signal (stop_signals). Checked while waiting for the worker, so a stop still stops the command when
         # its KeyboardInterrupt landed where Python swallows exceptions (a __del__, a weakref callback: "Exception ignored").
         self.stop_requested = threading.Event()
+        self.stop_signal: int | None = None  # the signal that asked (SIGINT, SIGTERM)
+
+    def stopped_by(self) -> str:
+        """Who stopped the command, for its message: "Ctrl-C" (SIGINT, or no handler of ours saw it) or the signal's name."""
+        return "Ctrl-C" if self.stop_signal in (None, signal.SIGINT) else signal.Signals(self.stop_signal).name
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -145,10 +150,11 @@ class WorkerRun:
 @contextmanager
 def stop_signals(run: WorkerRun, *signums: int) -> Iterator[None]:
     """While inside, each of `signums` (SIGINT, SIGTERM) stops the command: KeyboardInterrupt is raised where the main
-    thread is, and `run.stop_requested` is set so that the next wait for the worker raises it again should Python
+    thread is, `run.stop_signal` names the signal, and `run.stop_requested` is set so that the next wait for the worker raises it again should Python
     have swallowed the first. The previous handlers come back on leaving."""
 
     def handler(signum, frame):
+        run.stop_signal = signum
         run.stop_requested.set()
         raise KeyboardInterrupt
 
