@@ -150,8 +150,8 @@ class WorkerRun:
 @contextmanager
 def stop_signals(run: WorkerRun, *signums: int) -> Iterator[None]:
     """While inside, each of `signums` (SIGINT, SIGTERM) stops the command: KeyboardInterrupt is raised where the main
-    thread is, `run.stop_signal` names the signal, and `run.stop_requested` is set so that the next wait for the worker raises it again should Python
-    have swallowed the first. The previous handlers come back on leaving."""
+    thread is, `run.stop_signal` names the signal, and `run.stop_requested` is set so that the next wait for the worker
+    raises it again should Python have swallowed the first. The previous handlers come back on leaving."""
 
     def handler(signum, frame):
         run.stop_signal = signum
