@@ -97,13 +97,17 @@ def main() -> int:
                 if r.get("cpu_wait_s") is not None and r["wall_s"] > 0:
                     waited[(i, r["prompt_id"])] = max(waited[(i, r["prompt_id"])], r["cpu_wait_s"] / r["wall_s"])
     autos = [s for s, k in kinds.items() if k == "auto"]
-    fixed = [s for s, k in kinds.items() if k == "fixed"]
+    in_every_run = {s for s in kinds if all(any(j == i for j, _ in walls[s]) for i in range(n_runs))}
+    fixed = [s for s, k in kinds.items() if k == "fixed" and s in in_every_run]
+    partial = [s for s, k in kinds.items() if k == "fixed" and s not in in_every_run]
     hf = next((s for s, k in kinds.items() if k == "hf"), None)
     if len(autos) != 1 or not fixed or "baseline" not in walls:
         print(f"need one draft k=auto lane, fixed draft lanes and the baseline in the reports (found k=auto: {autos}, fixed: {fixed})",
               file=sys.stderr)
         return 2
     auto = autos[0]
+    if partial:  # a prompt is judged only where every fixed setup ran: a setup of some runs alone would drop the others
+        print(f"left out, not in every run: {', '.join(partial)}")
     needed = ["baseline", auto, *fixed]
     cells = [c for c in walls["baseline"] if all(c in walls[s] for s in needed)]
     left_out = [c for c in cells if waited[c] >= args.max_wait]

@@ -58,3 +58,19 @@ def test_a_run_where_every_prompt_waited_says_how_to_judge_it(tmp_path):
     assert r.returncode == 0, r.stderr
     cats = {c["category"]: c for c in json.loads(out.read_text())["categories"]}
     assert cats["all"]["ratio"] == pytest.approx(1.0) and cats["coding"]["ratio"] == pytest.approx(1.25)
+
+
+def test_runs_with_different_fixed_setups_are_judged_on_the_ones_they_share(tmp_path):
+    """Pooling a run that had an extra fixed setup with one that did not: both runs count, against the shared setups,
+    and the extra one is named as left out (before, the second run silently contributed no prompt)."""
+    one = {"baseline": {"c1": 10.0, "m1": 10.0}, K8: {"c1": 5.0, "m1": 5.0}, K16: {"c1": 2.0, "m1": 2.0}, AUTO: {"c1": 5.0, "m1": 5.0}}
+    two = {"baseline": {"c1": 10.0, "m1": 10.0}, K8: {"c1": 4.0, "m1": 4.0}, AUTO: {"c1": 5.0, "m1": 5.0}}
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), _report(tmp_path / "a.json", one), _report(tmp_path / "b.json", two),
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    v = json.loads(out.read_text())
+    assert v["fixed"] == [K8] and f"left out, not in every run: {K16}" in r.stdout
+    cats = {c["category"]: c for c in v["categories"]}
+    assert cats["all"]["ratio"] == pytest.approx(0.9) and cats["all"]["per_run"] == [1.0, 0.8]
+    assert "2 prompts" in r.stdout.splitlines()[2] and "0 prompts" not in r.stdout
