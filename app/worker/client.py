@@ -206,7 +206,7 @@ class WorkerClient:
                 # and no Process that stop() could not join ("can only join a started process").
                 if proc.pid is not None:
                     proc.kill()
-                    proc.join(2.0)
+                    proc.join(5.0)
                 for c in (cmd_r, cmd_w, evt_r, evt_w):
                     c.close()
                 self.proc = None
