@@ -251,6 +251,8 @@ class TuneDialog(QDialog):
         elif self.killed:
             self.status.setText(f"Stopped: the finder did not end within {self.stop_grace_s:g} s of Stop (frozen or hung) and was killed; "
                                 "nothing it measured was reported.")
+        elif self.stopped and code == 130:  # it ended as asked: its "nothing to report (stopped by the user)" says no more
+            self.status.setText("Stopped before anything was measured.")
         else:
             errors = [x for x in self.output if x.startswith("error")] or self.output[-3:]
             self.status.setText(("Stopped before anything was measured. " if self.stopped else f"The finder ended (exit {code}) without a report: ")
