@@ -187,6 +187,7 @@ def test_a_stop_signal_that_python_swallowed_still_stops_the_command(tiny_pair):
 
     target = str(tiny_pair[0])
     swallowed: list[bool] = []
+    steps: list = []
 
     class Dropped:
         def __del__(self):
@@ -198,19 +199,19 @@ def test_a_stop_signal_that_python_swallowed_still_stops_the_command(tiny_pair):
                 pass
 
     def on_event(ev) -> None:
+        if isinstance(ev, StepEvent):
+            steps.append(ev)
         if isinstance(ev, StepEvent) and ev.step == 1 and not swallowed:
             Dropped()
             swallowed.append(True)  # reached: the interrupt did not propagate
 
     w = WorkerRun(quiet=True)
-    steps: list = []
     try:
         with stop_signals(w, signal.SIGTERM):
             w.load(LoadEngines("load", target, ()))
             lane = LaneSpec("l0", "baseline", "p", "def add(a, b):\n", group="g")
             with pytest.raises(KeyboardInterrupt):
-                w.run(RunLanes("r", target, (lane,), Sampling(max_new_tokens=2000), chat=False),
-                      lambda ev: (steps.append(ev) if isinstance(ev, StepEvent) else None, on_event(ev)))
+                w.run(RunLanes("r", target, (lane,), Sampling(max_new_tokens=2000), chat=False), on_event)
     finally:
         w.close()
     assert swallowed and w.stop_requested.is_set()
