@@ -21,6 +21,9 @@ __all__ = [
     "predicted_theory",
     "summarize",
     "first_divergence",
+    "DraftAt",
+    "drafts_on_answer",
+    "draft_differences",
 ]
 
 
@@ -158,6 +161,52 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     if len(a) != len(b):
         return min(len(a), len(b))
     return None
+
+
+@dataclass(frozen=True)
+class DraftAt:
+    """What a lane's draft proposed at one answer position, on the answer's true prefix: its token, its confidence
+    q (None: not reported) and whether the target kept it."""
+
+    token: int
+    q: float | None
+    kept: bool
+
+
+def drafts_on_answer(steps: Sequence[StepEvent]) -> dict[int, DraftAt] | None:
+    """Every answer position (0-based, in emitted tokens) at which the lane's draft proposed a token with the answer
+    so far as its prefix — the kept drafts of each step and its first rejected one; drafts past a rejection followed
+    a wrong prefix and are left out. None where the steps do not say which tokens were drafted (a token tree, a
+    library lane, a backend that reports counts only)."""
+    out: dict[int, DraftAt] = {}
+    pos = 0
+    for s in steps:
+        if s.tree is not None or s.target_kind == "library" or (s.drafted_count is not None and not s.drafted_ids):
+            return None
+        a = s.accepted_count
+        for i, tok in enumerate(s.drafted_ids[: a + 1]):
+            q = s.draft_probs[i] if s.draft_probs and i < len(s.draft_probs) else None
+            out[pos + i] = DraftAt(int(tok), None if q is None else float(q), i < a)
+        pos += len(s.emitted_ids)
+    return out
+
+
+def draft_differences(a: Sequence[StepEvent], b: Sequence[StepEvent]) -> tuple[int, list[tuple[int, DraftAt, DraftAt]]] | None:
+    """Where two lanes of one prompt with the same draft model (greedy, the same answer) drafted different tokens on
+    the same prefix: (how many positions both drafted, [(position, a's draft, b's draft) where the tokens differ]).
+
+    With greedy decoding the draft's token at a position is a function of the prefix, so two lanes of the same draft
+    differ there only through the draft's numerics — which depend on how its tokens were fed (one at a time, or
+    several per forward, as each lane's step boundaries decide): an int8 draft's rounding turns a feeding's
+    last-bit differences into different tokens where its two best are close (resources/bench/README.md,
+    "Where two lanes of one draft part"). Where one lane's differing draft was kept and the other's rejected, the
+    lanes' step counts part by luck, not by their rules. None where either lane's steps do not tell (see
+    :func:`drafts_on_answer`)."""
+    da, db = drafts_on_answer(a), drafts_on_answer(b)
+    if da is None or db is None:
+        return None
+    shared = sorted(da.keys() & db.keys())
+    return len(shared), [(p, da[p], db[p]) for p in shared if da[p].token != db[p].token]
 
 
 @dataclass

@@ -5,12 +5,22 @@ import pickle
 
 import pytest
 
-from app.core.events import StepEvent
-from app.core.metrics import LaneAccumulator, LaneStats, first_divergence, summarize, theoretical_speedup
+from app.core.events import StepEvent, TreeStep
+from app.core.metrics import (
+    DraftAt,
+    LaneAccumulator,
+    LaneStats,
+    draft_differences,
+    drafts_on_answer,
+    first_divergence,
+    summarize,
+    theoretical_speedup,
+)
 
 
-def ev(step, drafted, a, target, emitted, kind):
-    return StepEvent("l", step, tuple(drafted), a, target, kind, 0.01, 0.02, 0.03, tuple(emitted))
+def ev(step, drafted, a, target, emitted, kind, q=None):
+    return StepEvent("l", step, tuple(drafted), a, target, kind, 0.01, 0.02, 0.03, tuple(emitted),
+                     draft_probs=None if q is None else tuple(q))
 
 
 def test_alpha_tau_per_position_match_a_hand_count():
@@ -32,6 +42,41 @@ def test_alpha_tau_per_position_match_a_hand_count():
     assert acc.per_position_drafted == [3, 3, 2, 2]
     assert acc.per_position_accepted == [2, 2, 1, 1]
     assert events[1].rejected_ids == (3, 4) and events[1].accepted_ids == (1, 2)
+
+
+def test_drafts_on_answer_keeps_the_drafts_made_on_the_true_prefix():
+    """The answer 5 1 2 9 5 6 7 8 10 3: each step's kept drafts and its first rejected one, at their answer positions;
+    drafts past a rejection followed a wrong prefix and are left out, and a bonus position was never drafted."""
+    steps = [ev(0, [], 0, 5, [5], "baseline"),
+             ev(1, [1, 2, 3, 4], 2, 9, [1, 2, 9], "correction", q=[0.9, 0.8, 0.3, 0.2]),
+             ev(2, [5, 6, 7, 8], 4, 10, [5, 6, 7, 8, 10], "bonus", q=[0.99, 0.9, 0.9, 0.7]),
+             ev(3, [1], 0, 3, [3], "correction")]
+    on = drafts_on_answer(steps)
+    assert on == {1: DraftAt(1, 0.9, True), 2: DraftAt(2, 0.8, True), 3: DraftAt(3, 0.3, False), 4: DraftAt(5, 0.99, True),
+                  5: DraftAt(6, 0.9, True), 6: DraftAt(7, 0.9, True), 7: DraftAt(8, 0.7, True), 9: DraftAt(1, None, False)}
+    # a token tree, a library lane or a counts-only backend cannot say which tokens were drafted
+    tree = StepEvent("l", 1, (1,), 1, 9, "bonus", 0, 0, 0, (1, 9), tree=TreeStep((1, 4), (-1, -1), (0,)), drafted_count=2)
+    assert drafts_on_answer([steps[0], tree]) is None
+    assert drafts_on_answer([ev(0, [], 0, 5, [5, 6], "library")]) is None
+    counts_only = StepEvent("l", 1, (), 2, 9, "correction", 0, 0, 0, (1, 2, 9), drafted_count=4)
+    assert drafts_on_answer([steps[0], counts_only]) is None
+
+
+def test_draft_differences_finds_where_one_draft_proposed_other_tokens_on_the_same_prefix():
+    """Two lanes of one draft with the same answer (5 6 7 8 10 11): at position 3 lane a's draft proposed 9 (rejected)
+    where lane b's proposed 8 (kept), at position 4 the reverse — the draft's numerics, not the lanes' rules;
+    positions only one lane drafted, and b's drafts past its rejection, are not compared."""
+    a = [ev(0, [5, 6], 2, 7, [5, 6, 7], "bonus", q=[0.9, 0.8]),
+         ev(1, [9], 0, 8, [8], "correction", q=[0.29]),
+         ev(2, [10, 11], 2, None, [10, 11], "bonus", q=[0.7, 0.9])]
+    b = [ev(0, [5], 1, 6, [5, 6], "bonus", q=[0.9]),
+         ev(1, [7, 8, 12, 13], 2, 10, [7, 8, 10], "correction", q=[0.85, 0.25, 0.4, 0.5]),
+         ev(2, [11], 1, None, [11], "bonus", q=[0.9])]
+    shared, where = draft_differences(a, b)
+    assert shared == 4  # a drafted positions 0, 1, 3, 4, 5 on the answer; b 0, 2, 3, 4 (rejected), 5
+    assert where == [(3, DraftAt(9, 0.29, False), DraftAt(8, 0.25, True)), (4, DraftAt(10, 0.7, True), DraftAt(12, 0.4, False))]
+    assert draft_differences(a, a) == (5, [])
+    assert draft_differences(a, [ev(0, [], 0, 5, [5, 6, 7], "library")]) is None
 
 
 def test_theoretical_speedup_formula():
