@@ -16,8 +16,17 @@ Per category and overall it prints:
   and k=auto against hf-assisted there (Σ wall_hf ÷ Σ wall_auto over the category's prompts, pooled);
 * then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline, pooled.
 
+Run files (`bench --record RUN.specdeck`) can stand for their reports: they hold each lane's steps too, so each prompt
+also says where the draft itself, not k=auto's rule, parted k=auto's lane from the best fixed setup's: the answer
+positions both lanes drafted on the same prefix where the int8 draft proposed different tokens (its numerics depend
+on how each lane's steps fed it: app.core.metrics.draft_differences), and how many of those went against k=auto
+(its draft rejected where the fixed lane's was kept) or for it. A step lost that way is the draft's luck on this
+prompt, which repeats cannot average (greedy: every repeat feeds alike); the replay (kauto_replay.py) judges the
+rule with the same draft tokens for every setup.
+
     python resources/bench/kauto_verdict.py resources/bench/qwen-kauto-specbench24-read-accounting.json \\
         resources/bench/qwen-kauto-specbench24-round-robin-2.json --json /tmp/kauto-verdict.json
+    python resources/bench/kauto_verdict.py RUN.specdeck    # a bench run with --record: also where the draft parted the lanes
 
 The figures of a run live in resources/bench/README.md with the command and the machine.
 """
@@ -72,16 +81,66 @@ def best_fixed_interval(fixed: np.ndarray, auto: np.ndarray, seed: int = 0) -> t
     return value, min(value, float(res.confidence_interval.low)), max(value, float(res.confidence_interval.high))
 
 
+def _run_file(path: str) -> tuple[dict, dict[tuple[str, str, int], list]]:
+    """A run file's report, and each recorded lane's steps by (prompt, setup, repeat); warm-up lanes left out."""
+    from app.core.events import StepEvent
+    from app.worker.runfile import load
+
+    rec = load(path)
+    spec = {lane.lane_id: (lane.prompt_id, lane.setup, lane.repeat) for lane in rec.plan.lanes}
+    lanes: dict[tuple[str, str, int], list] = defaultdict(list)
+    for _, ev in rec.events:
+        if isinstance(ev, StepEvent) and ev.lane_id in spec:
+            lanes[spec[ev.lane_id]].append(ev)
+    return rec.report, dict(lanes)
+
+
+def draft_parting(steps: dict, auto: str, fixed: str, prompt: str, runs: list[int]) -> dict | None:
+    """Over a prompt's recorded lanes of k=auto and `fixed` (every run and repeat that has both): the positions both
+    drafted on the same prefix, those where the draft's tokens differed, and of those how many went against k=auto
+    (its draft rejected, the fixed lane's kept) and for it; the first such position with both drafts. None where no
+    lane pair was recorded with its drafted tokens."""
+    from app.core.metrics import draft_differences
+
+    out = dict(shared=0, differ=0, against=0, for_auto=0, first=None)
+    seen = False
+    for j in runs:
+        for (r, p, s, rep), st in steps.items():
+            if r != j or p != prompt or s != auto or (j, p, fixed, rep) not in steps:
+                continue
+            diff = draft_differences(st, steps[(j, p, fixed, rep)])
+            if diff is None:
+                continue
+            seen = True
+            shared, where = diff
+            out["shared"] += shared
+            out["differ"] += len(where)
+            out["against"] += sum(1 for _, a, f in where if f.kept and not a.kept)
+            out["for_auto"] += sum(1 for _, a, f in where if a.kept and not f.kept)
+            if where and out["first"] is None:
+                pos, a, f = where[0]
+                out["first"] = dict(run=j + 1, repeat=rep, position=pos, auto=dict(token=a.token, q=a.q, kept=a.kept),
+                                    fixed=dict(token=f.token, q=f.q, kept=f.kept))
+    return out if seen else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("reports", nargs="+", help="bench --json reports of the same prompts")
+    ap.add_argument("reports", nargs="+", help="bench --json reports of the same prompts, or run files (bench --record, .specdeck)")
     ap.add_argument("--max-wait", type=float, default=MAX_WAIT,
                     help="leave out a run's prompt (every lane of it) where a lane waited for a CPU this share of its wall or more "
                          "(another process took the cores; default %(default)s)")
     ap.add_argument("--json", help="write the verdict here")
     args = ap.parse_args()
 
-    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.reports]
+    docs, steps = [], {}  # steps: (run, prompt, setup, repeat) → the lane's StepEvents (run files only)
+    for i, p in enumerate(args.reports):
+        if Path(p).suffix == ".specdeck":
+            doc, lanes = _run_file(p)
+            steps.update({(i, *key): st for key, st in lanes.items()})
+        else:
+            doc = json.loads(Path(p).read_text(encoding="utf-8"))
+        docs.append(doc)
     n_runs = len(docs)
     walls: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)  # setup → (run, prompt) → wall
     waited: dict[tuple[int, str], float] = defaultdict(float)  # (run, prompt) → its lanes' highest wait share
@@ -152,21 +211,42 @@ def main() -> int:
               + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + "  "
               + " ".join("  –  " if x is None else f"{x:.3f}" for x in per_run))
 
-    print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8} {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf")
+    parted_head = "   draft parted from the best fixed lane: positions differing/shared, against/for k=auto" if steps else ""
+    print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8} {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf" + parted_head)
     out_prompts = []
     for p in prompts:
         js = runs_of[p]
         b = sum(walls["baseline"][(j, p)] for j in js)
         a = sum(walls[auto][(j, p)] for j in js)
-        best_f = min(sum(walls[s][(j, p)] for j in js) for s in fixed)
-        row = dict(prompt=p, category=cats.get(p), runs=len(js), speedup=b / a, vs_best_fixed=best_f / a)
+        best_name = min(fixed, key=lambda s: sum(walls[s][(j, p)] for j in js))
+        best_f = sum(walls[best_name][(j, p)] for j in js)
+        row = dict(prompt=p, category=cats.get(p), runs=len(js), speedup=b / a, vs_best_fixed=best_f / a, best_fixed=best_name)
         below = ""
         if hf is not None and all((j, p) in walls[hf] for j in js):
             row["vs_hf"] = sum(walls[hf][(j, p)] for j in js) / a
             row["runs_below_hf"] = sum(1 for j in js if walls[auto][(j, p)] > walls[hf][(j, p)])
             below = f"{row['runs_below_hf']}/{len(js)}"
+        parted = ""
+        if steps and (d := draft_parting(steps, auto, best_name, p, js)) is not None:
+            row["draft_parting"] = d
+            parted = f"{d['differ']:>3}/{d['shared']:<3} {d['against']}/{d['for_auto']}  ({best_name.split(',', 1)[1]})"
         out_prompts.append(row)
-        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {row.get('vs_hf', float('nan')):>6.3f}   {below}")
+        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {row.get('vs_hf', float('nan')):>6.3f}   "
+              f"{below:<13}" + parted)
+    if steps:
+        slower = [r for r in out_prompts if r["vs_best_fixed"] < 1.0 and "draft_parting" in r]
+        luck = [r for r in slower if r["draft_parting"]["against"] > r["draft_parting"]["for_auto"]]
+        def said(x: dict) -> str:
+            return ("q ?" if x["q"] is None else f"q {x['q']:.2f}") + (" kept" if x["kept"] else " rejected")
+
+        def first(d: dict) -> str:
+            f = d["first"]
+            return f"token {f['position']}: k=auto's draft {said(f['auto'])}, the fixed lane's {said(f['fixed'])}"
+
+        print(f"\nk=auto slower than the prompt's best fixed setup on {len(slower)} prompt(s) with recorded steps. On {len(luck)} of them "
+              "the draft itself went against k=auto: at positions both lanes drafted on the same prefix it proposed other tokens in "
+              "k=auto's lane, rejected there where the fixed lane's were kept, more often than the reverse (those verdicts were the draft's numerics, "
+              "not k=auto's rule)" + ("".join(f"\n  {r['prompt']} {r['vs_best_fixed']:.3f} ({first(r['draft_parting'])})" for r in luck)))
     if hf is not None:
         n_below = sum(1 for r in out_prompts if r.get("vs_hf", 2.0) < 1.0)
         print(f"\nk=auto below hf-assisted on {n_below} of {len(out_prompts)} prompts (pooled walls); "
