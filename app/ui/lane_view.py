@@ -80,7 +80,11 @@ def tokens_of_step(ev: StepEvent) -> list[Token]:
         out.append(Token(_clean(piece, True), _K["rejected"], ev.step, q[i] if i < len(q) else nan, p_first_rejected if j == 0 else nan))
     if has_target and len(ev.pieces) > n_acc:
         kind = "plain" if k == 0 else _TARGET_KIND.get(ev.target_kind, "plain")
-        out.append(Token(_clean(ev.pieces[n_acc], False), _K[kind], ev.step, nan, p[-1] if p else nan))
+        # a library step's chunk (tokens only, drafting unknown): its tokens before the last, plain; the last stands
+        # for the target token (app.core.accounting). Other steps have no piece between the accepted and the target.
+        for piece in ev.pieces[n_acc:-1]:
+            out.append(Token(_clean(piece, False), _K["plain"], ev.step, nan, nan))
+        out.append(Token(_clean(ev.pieces[-1], False), _K[kind], ev.step, nan, p[-1] if p else nan))
     return out
 
 

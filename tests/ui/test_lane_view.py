@@ -190,6 +190,25 @@ def test_counts_only_steps_keep_their_kinds():
     assert acc.drafted == 4 and acc.per_position_drafted == [1, 1, 1, 1] and acc.per_position_accepted == [1, 0, 0, 0]
 
 
+def test_a_library_step_shows_its_whole_chunk(qtbot):
+    """A library lane (hf-assisted, a server: tokens only, drafting unknown) reports a chunk of tokens per step, its
+    last standing for the target token: every token of the chunk is drawn, plain, in order (before, only the
+    chunk's first token was: a 48-token hf-assisted lane read "```python the =")."""
+    from app.core.events import StepEvent
+    from app.ui.lane_view import LaneView, tokens_of_step
+    from app.ui.theme import KINDS
+
+    ev = StepEvent("L", 1, (), 0, 9, "library", 0.0, 0.1, 0.1, (5, 6, 9), ("def", " f", "(x"))
+    toks = tokens_of_step(ev)
+    assert [t.text for t in toks] == ["def", " f", "(x"] and {KINDS[t.kind] for t in toks} == {"plain"}
+    v = LaneView(0, "#000000")
+    qtbot.addWidget(v)
+    v.add_step(StepEvent("L", 0, (), 0, 4, "library", 0.0, 0.1, 0.1, (4,), ("```",)), 0.0)
+    v.add_step(ev, 0.1)
+    v.flush(header=True)
+    assert v.text.toPlainText() == "```def f(x"
+
+
 def test_tree_steps_show_their_tree_in_the_tooltip_and_depth_acceptance_in_the_header(qtbot):
     """A tree lane's step (recorded by the real recorder, with text per node): the tooltip draws the tree with the
     accepted path marked and the rejected branches struck; the header gives nodes per step and acceptance by depth."""
