@@ -6,13 +6,17 @@ every lane's new tokens in one batch; the headers' figures change at most :data:
 label's new text lays the lane out again; once a second on few cores), and on few cores the lanes' scroll bars
 are held still during the run (LaneView.hold_scrollbar). A lane's badge ("✓ identical to baseline")
 appears as it ends, once the baseline's result is in.
+
+A run of several prompts or repeats (a `bench --record` run file shown in the window) has a view per setup, as any
+run: a "prompt" box above them picks whose lanes they show (the first prompt's at first), and the events of the
+others are kept, so switching draws the chosen prompt's lanes as they are.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.core.events import LaneDone, LaneStarted, LogEvent, Progress, RunError, StepEvent
 from app.core.metrics import is_baseline
@@ -60,7 +64,9 @@ class LanesArea(QWidget):
 
     Attributes:
         views: one LaneView per lane, in lane order.
-        by_id: lane id → view for the current run.
+        by_id: lane id → view for the current run (with several prompts: the shown prompt's lanes).
+        group: the prompt (and repeat) whose lanes the views show, as LaneSpec.group ("code-1#0"); None for a run
+            of one.
     """
 
     def __init__(self, theme: Theme = LIGHT, parent: QWidget | None = None) -> None:
@@ -76,12 +82,19 @@ class LanesArea(QWidget):
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.hide_rejected = QCheckBox("hide rejected drafts")
         self.hide_rejected.toggled.connect(self._set_hide_rejected)
+        self.group: str | None = None
+        self._history: list[tuple[object, float]] = []  # a run of several prompts: every lane event so far
+        self.prompt_box = QComboBox()
+        self.prompt_box.setToolTip("a run of several prompts: whose lanes to show (the Results tab has every prompt)")
+        self.prompt_box.hide()
+        self.prompt_box.currentIndexChanged.connect(self._prompt_chosen)
         grid_w = QWidget()
         self.grid = QGridLayout(grid_w)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setSpacing(6)
         row = QHBoxLayout()
         row.addWidget(self.legend, 1)
+        row.addWidget(self.prompt_box)
         row.addWidget(self.hide_rejected)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -158,16 +171,60 @@ class LanesArea(QWidget):
     def start_run(self, plan: RunPlan, results: RunResults) -> None:
         self.plan, self.results = plan, results
         self.set_setups(list(plan.setups))
+        groups = list(dict.fromkeys(spec.group for spec in plan.lanes))
+        self._history = []
+        self.prompt_box.blockSignals(True)
+        self.prompt_box.clear()
+        if len(groups) > 1:
+            category = {p.id: p.category for p in plan.prompts}
+            for g in groups:
+                pid, _, rep = g.rpartition("#")
+                self.prompt_box.addItem(pid + (f" · {category[pid]}" if category.get(pid) else "")
+                                        + (f" · repeat {int(rep) + 1}" if rep.isdigit() and int(rep) else ""), g)
+        self.prompt_box.blockSignals(False)
+        self.prompt_box.setVisible(len(groups) > 1)
+        self._show_group(groups[0] if len(groups) > 1 else None)
+
+    def _show_group(self, group: str | None) -> None:
+        """Views for the lanes of `group` (None: the run's lanes, a run of one prompt), ready for their events."""
+        plan = self.plan
+        assert plan is not None
+        self.group = group
         self.by_id = {}
         few = few_cores()
-        for spec, v in zip(plan.lanes, self.views, strict=False):
+        if group is None:
+            pairs = list(zip(plan.lanes, self.views, strict=False))
+        else:
+            pairs = [(spec, self.views[i]) for spec in plan.lanes if spec.group == group
+                     and (i := plan.setup_index(spec.lane_id)) is not None and i < len(self.views)]
+        for spec, v in pairs:
             v.reset()
             v.hold_scrollbar(few)
             v.set_setup(spec.setup, machine=plan.machine_of(spec.lane_id))
             v.set_state("waiting", "waiting…")
             self.by_id[spec.lane_id] = v
 
+    def _prompt_chosen(self, i: int) -> None:
+        """Show the chosen prompt's lanes: its events so far drawn at once, the rest as they come."""
+        group = self.prompt_box.itemData(i)
+        if group is None or group == self.group or self.plan is None:
+            return
+        self._show_group(group)
+        for ev, t in self._history:
+            if getattr(ev, "lane_id", None) in self.by_id:
+                self._apply(ev, t)
+        for v in self.by_id.values():
+            v.flush(header=True)
+        if self.results is not None and self.results.t_end is not None:
+            self.finish(self.results)
+        self.show_badges()
+
     def on_event(self, ev: object, t_recv: float) -> None:
+        if self.group is not None and isinstance(ev, (StepEvent, LaneStarted, LaneDone, RunError)):
+            self._history.append((ev, t_recv))
+        self._apply(ev, t_recv)
+
+    def _apply(self, ev: object, t_recv: float) -> None:
         lane = ev.lane_id if isinstance(ev, (StepEvent, LaneStarted, LaneDone, RunError)) else None
         warm = RunPlan.is_warmup(lane)
         v = self._view(lane)

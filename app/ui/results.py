@@ -3,12 +3,18 @@
 A run sink: each lane's row appears as the lane ends (its baseline comparison filled in once the baseline
 lane is in). Reads the same stats objects as the CLI table and the JSON export (RunResults, LaneStats,
 summarize()).
+
+A run of several prompts (or repeats) — a `bench --record` run file shown in the window — has a row per lane per
+prompt, with a prompt column, and its winner is the lane fastest over all of them (:func:`lane_totals`: Σ of the
+baseline's walls ÷ Σ of the lane's, as `bench` pools a setup), not its fastest single row.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -21,9 +27,10 @@ from app.core.report import attach_baseline
 from app.ui.theme import LANE_COLORS, LIGHT, Theme
 from app.worker.plan import RunPlan, RunResults
 
-__all__ = ["ResultsPanel", "ResultRow", "result_rows", "fastest", "lane_label", "lane_color", "COLUMNS"]
+__all__ = ["ResultsPanel", "ResultRow", "LaneTotal", "result_rows", "lane_totals", "fastest", "run_winner", "lane_label", "lane_color",
+           "COLUMNS"]
 
-COLUMNS = ("lane", "setup", "tokens/s", "speedup", "α", "τ", "TTFT s", "theor. speedup", "tokens", "steps", "vs baseline")
+COLUMNS = ("lane", "setup", "prompt", "tokens/s", "speedup", "α", "τ", "TTFT s", "theor. speedup", "tokens", "steps", "vs baseline")
 
 
 class ResultRow:
@@ -81,9 +88,11 @@ class ResultRow:
             vs = (f"diverges at token {s.first_divergence}", "diverges")
         if self.note:
             vs = (self.note, self.note)
+        prompt = s.prompt_id + (f" #{s.repeat + 1}" if s.repeat else "")
         return [
             (self.lane, self.lane),
             (s.setup, s.setup),
+            (prompt, prompt),
             f(s.tokens_per_s, ".2f"),
             (f"{s.speedup:.2f}×" + ("!" if self.stalled else ""), s.speedup) if s.speedup is not None else ("!" if self.stalled else "—", None),
             (("~" + format(s.acceptance_rate, ".3f")) if s.counts_source == "streamed" else format(s.acceptance_rate, ".3f"), s.acceptance_rate)
@@ -95,6 +104,60 @@ class ResultRow:
             (str(s.steps), float(s.steps)),
             vs,
         ]
+
+
+@dataclass(frozen=True)
+class LaneTotal:
+    """One lane of the window (a setup on its machine) over every prompt and repeat it finished.
+
+    Attributes:
+        speedup: Σ of its baseline's walls ÷ Σ of its walls, over the prompts and repeats both finished (None: no
+            baseline to compare with); tokens_per_s: Σ new tokens ÷ Σ wall; identical / compared: its outputs equal
+            to the baseline's, of those compared.
+    """
+
+    lane: str
+    color: str
+    setup: str
+    runs: int
+    tokens_per_s: float
+    speedup: float | None
+    identical: int
+    compared: int
+
+
+def lane_totals(rows: Sequence[ResultRow]) -> list[LaneTotal]:
+    """Each lane's rows pooled, in first-seen order (rows of a lane: the same label, so the same setup on the same
+    machine)."""
+    by: dict[str, list[ResultRow]] = {}
+    for r in rows:
+        by.setdefault(r.lane, []).append(r)
+    out = []
+    for lane, rs in by.items():
+        st = [r.stats for r in rs if r.stats.new_tokens > 0 and r.stats.wall_s > 0]
+        if not st:
+            continue
+        paired = [s for s in st if s.speedup is not None and math.isfinite(s.speedup)]
+        wall = sum(s.wall_s for s in paired)
+        speedup = sum(s.wall_s * s.speedup for s in paired) / wall if paired and wall > 0 else None
+        compared = [s for s in st if s.identical_to_baseline is not None]
+        out.append(LaneTotal(lane, rs[0].color, rs[0].stats.setup, len(st), sum(s.new_tokens for s in st) / sum(s.wall_s for s in st),
+                             speedup, sum(1 for s in compared if s.identical_to_baseline), len(compared)))
+    return out
+
+
+def _groups(stats: Sequence[LaneStats]) -> int:
+    """How many (prompt, repeat) groups the lanes ran: more than one, and a lane's rows pool."""
+    return len({(s.prompt_id, s.repeat) for s in stats})
+
+
+def _best(totals: Sequence[LaneTotal]) -> LaneTotal | None:
+    """The fastest lane over the run: by pooled speedup where lanes have one, else by pooled tokens/s."""
+    if not totals:
+        return None
+    if any(t.speedup is not None for t in totals):
+        return max((t for t in totals if t.speedup is not None), key=lambda t: t.speedup or 0.0)
+    return max(totals, key=lambda t: t.tokens_per_s)
 
 
 def lane_label(plan: RunPlan, lane_id: str) -> str:
@@ -114,6 +177,18 @@ def fastest(results: RunResults) -> tuple[str, LaneStats] | None:
     """(lane id, stats) of the completed lane with the most tokens/s, or None."""
     done = [(lid, s) for lid, s in results.by_lane().items() if s.new_tokens > 0 and math.isfinite(s.tokens_per_s)]
     return max(done, key=lambda x: x[1].tokens_per_s) if done else None
+
+
+def run_winner(plan: RunPlan, results: RunResults) -> tuple[str, str] | None:
+    """(lane label, setup) of the run's winner: its fastest lane, or with several prompts or repeats the lane
+    fastest over all of them (:func:`lane_totals`); None when no lane finished."""
+    lanes = results.by_lane()
+    if _groups(list(lanes.values())) > 1:
+        rows = result_rows([(lane_label(plan, lid), lane_color(plan, lid), s) for lid, s in lanes.items()])
+        best = _best(lane_totals(rows))
+        return (best.lane, best.setup) if best is not None else None
+    win = fastest(results)
+    return (lane_label(plan, win[0]), win[1].setup) if win is not None else None
 
 
 def result_rows(lanes: list[tuple[str, str, LaneStats]]) -> list[ResultRow]:
@@ -152,6 +227,7 @@ class ResultsPanel(QWidget):
         self.rows: list[ResultRow] = []
         self._notes: dict[str, str] = {}
         self.winner: ResultRow | None = None
+        self.totals: list[LaneTotal] = []  # each lane over the run's prompts and repeats (a run of several; else [])
         self.load_note = ""  # "the window used X % of a core during the run…" (set by the window at the end)
         self.plan: RunPlan | None = None
         self.results: RunResults | None = None
@@ -170,7 +246,8 @@ class ResultsPanel(QWidget):
         h.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         h.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         tips = {
-            "tokens/s": "new tokens / decode wall time (prefill excluded, see TTFT)",
+            "tokens/s": "new tokens / the lane's wall time, prefill included (Spec-Bench's convention; TTFT shows the prefill)",
+            "prompt": "the prompt (and repeat) of this row: a run of several prompts has a row per lane per prompt",
             "speedup": "baseline time / this lane's time, same prompt, same run",
             "α": "acceptance rate: accepted drafts / drafted tokens",
             "τ": "mean accepted length: tokens emitted / steps (target token included)",
@@ -214,6 +291,7 @@ class ResultsPanel(QWidget):
     def clear(self) -> None:
         self.rows = []
         self.winner = None
+        self.totals = []
         self.load_note = ""
         self.table.setRowCount(0)
         self.summary.setText("Running…")
@@ -255,16 +333,25 @@ class ResultsPanel(QWidget):
         self.table.setSortingEnabled(False)
         self.table.setRowCount(len(self.rows))
         done = [r for r in self.rows if r.stats.new_tokens > 0 and math.isfinite(r.stats.tokens_per_s)]
-        self.winner = max(done, key=lambda r: r.stats.tokens_per_s) if done else None
+        pooled = _groups([r.stats for r in self.rows]) > 1
+        self.table.setColumnHidden(COLUMNS.index("prompt"), not pooled)
+        self.totals = lane_totals(done) if pooled else []
+        best = _best(self.totals)
+        if best is not None:  # several prompts: the winner is a lane over all of them; its best row stands for it
+            self.winner = max((r for r in done if r.lane == best.lane), key=lambda r: r.stats.tokens_per_s)
+        else:
+            self.winner = max(done, key=lambda r: r.stats.tokens_per_s) if done else None
+        won = {self.winner.lane} if pooled and self.winner is not None else set()
         bold = QFont(self.table.font())  # the table's size (presentation mode scales it)
         bold.setBold(True)
         for i, r in enumerate(self.rows):
+            top = r is self.winner or r.lane in won
             for j, (text, key) in enumerate(r.values()):
-                it = _Item(("★ " + text) if (j == 0 and r is self.winner) else text, key)
+                it = _Item(("★ " + text) if (j == 0 and top) else text, key)
                 if j == 0:
                     it.setForeground(QBrush(QColor(r.color)))
                     it.setFont(bold)
-                if r is self.winner:
+                if top:
                     it.setBackground(QBrush(QColor(self.theme.good_bg)))
                     if j > 0:
                         it.setForeground(QBrush(QColor(self.theme.text)))
@@ -277,7 +364,7 @@ class ResultsPanel(QWidget):
                         it.setForeground(QBrush(QColor(self.theme.correction)))
                 self.table.setItem(i, j, it)
         self.table.setSortingEnabled(True)
-        self.table.sortItems(2, Qt.SortOrder.DescendingOrder)
+        self.table.sortItems(COLUMNS.index("tokens/s"), Qt.SortOrder.DescendingOrder)
         self.summary.setText(self._summary_text(notes))
 
     def _summary_text(self, notes: dict[str, str]) -> str:
@@ -299,6 +386,8 @@ class ResultsPanel(QWidget):
             return head + "." + extra
         if w is None:
             return "No lane finished." + extra
+        if self.totals:
+            return self._pooled_text() + extra
         s = w.stats
         base = next((r for r in self.rows if r.stats.setup == baseline_of(s.setup)), None)
         if base is None:
@@ -318,6 +407,31 @@ class ResultsPanel(QWidget):
                 + (f"; {same}." if same else ".")
             )
         return head + extra
+
+    def _pooled_text(self) -> str:
+        """The summary of a run of several prompts or repeats: the lane fastest over all of them, then the others."""
+        best = _best(self.totals)
+        assert best is not None
+        n = len({(r.stats.prompt_id, r.stats.repeat) for r in self.rows})
+        over = f"over {n} prompts" if len({r.stats.prompt_id for r in self.rows}) == n else f"over {n} prompts and repeats"
+
+        def name(t: LaneTotal) -> str:
+            return f"<b style='color:{t.color}'>{t.lane}</b>"
+
+        if best.speedup is None:
+            head = (f"{name(best)} <code>{best.setup}</code> is fastest {over} at <b>{best.tokens_per_s:.2f} tok/s</b> "
+                    "(add a baseline lane to see speedups).")
+        elif is_baseline(best.setup):
+            head = f"<b>Baseline wins</b> {over}: no speculative setup beat plain decoding here."
+        else:
+            same = f"; output identical to baseline on {best.identical} of {best.compared}" if best.compared else ""
+            head = (f"{name(best)} <code>{best.setup}</code> wins {over}: <b>{best.speedup:.2f}× faster</b> than baseline "
+                    f"(Σ of the baseline's times ÷ Σ of its own; {best.tokens_per_s:.2f} tok/s){same}.")
+        others = [t for t in self.totals if t is not best and t.speedup is not None and not is_baseline(t.setup)]
+        others.sort(key=lambda t: -(t.speedup or 0.0))
+        if others:
+            head += " Then " + ", ".join(f"{name(t)} {t.speedup:.2f}×" for t in others) + "."
+        return head
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme

@@ -8,7 +8,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
 from app.core.events import LaneDone, LaneStarted, Progress, RunError
-from app.ui.results import fastest
+from app.ui.results import run_winner
 from app.ui.sinks import WorkerSilence
 from app.ui.theme import Theme
 from app.worker.messages import WorkerReady
@@ -169,11 +169,10 @@ class RunStatusBar:
         self.progress.hide()
         n_ok = len(results.by_lane())
         word = "stopped" if results.stopped else "finished"
-        win = fastest(results)
         text = f"run {word}: {n_ok}/{results.total} lanes completed"
-        if win is not None and not results.stopped and self.plan is not None:
-            lane_id, stats = win
-            text += f" · winner: Lane {(self.plan.setup_index(lane_id) or 0) + 1} {stats.setup}"
+        win = run_winner(self.plan, results) if self.plan is not None and not results.stopped else None
+        if win is not None:
+            text += f" · winner: {win[0]} {win[1]}"
         if None in results.errors:  # the worker died, or Stop had to kill a silent one
             text += " · ⚠ " + results.errors[None].message.splitlines()[0]
         self.show_message(text)

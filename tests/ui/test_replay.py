@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from app.ui.results import COLUMNS, run_winner
+
 from .helpers import SETUPS, expected_runs, make_stats, make_step
 
 
@@ -122,7 +124,8 @@ def test_a_run_beside_another_races_with_it_and_ranks_against_its_own_baseline(q
         assert window.open_run(str(gpu_path))
     with qtbot.waitSignal(window.runEnded, timeout=5000):
         assert window.open_run_beside(str(laptop_path))
-    rows = {window.results.table.item(r, 0).text(): window.results.table.item(r, 3).text() for r in range(window.results.table.rowCount())}
+    sp = COLUMNS.index("speedup")
+    rows = {window.results.table.item(r, 0).text(): window.results.table.item(r, sp).text() for r in range(window.results.table.rowCount())}
     assert len(rows) == 6 and {"Lane 4 · laptop", "Lane 1 · H200"} <= {k.lstrip("★ ") for k in rows}, rows
     speedups = sorted(rows.values())
     assert speedups == sorted(["1.00×", "2.00×", "3.00×"] * 2), rows  # each against its own baseline
@@ -140,6 +143,80 @@ def test_a_run_beside_another_races_with_it_and_ranks_against_its_own_baseline(q
     assert not window.open_run_beside(str(tmp_path / "h200.specdeck"))  # six lanes shown, three more make nine
     assert "6 + 3 lanes: at most 8 lanes" in window.status_label.text()
     assert (window.windowTitle(), _table_text(window)) == before
+
+
+def _two_prompts():
+    """A `bench --record` run of two prompts: baseline and n-gram on p1 (n-gram 4x the baseline), then on p2 (1.5x);
+    the n-gram lane's steps read 'a…' on p1 and 'b…' on p2 (literal events and stats, a real run file)."""
+    from app.core.events import LaneDone, LaneStarted
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.worker.plan import RunPlan
+    from app.worker.runfile import RunRecorder
+
+    plan = RunPlan("smollm2-135m-instruct", SETUPS[:2], (Prompt("p1", "One.", "coding"), Prompt("p2", "Two.", "math")),
+                   Sampling(max_new_tokens=8), mode="paced", run_id="rec")
+    rec = RunRecorder(plan, machine={"label": "laptop", "cpu": "test"}, t0=0.0)
+    walls = {("p1", 0): 8.0, ("p1", 1): 2.0, ("p2", 0): 3.0, ("p2", 1): 2.0}
+    steps = {}
+    t = 0.0
+    for p in plan.prompts:
+        for i, setup in enumerate(plan.setups):
+            lid = plan.lane_id(i, p)
+            rec.event(LaneStarted(lid, setup, p.id, 0, (1, 2), p.prompt), t)
+            c = "ab"[p.id == "p2"]
+            if i:  # two steps of two kept drafts and the bonus: 3 4 7 3 4 7
+                evs = [make_step(lid, s, drafted=(3, 4), accepted=2, pieces=(f"{c}{s}.0 ", f"{c}{s}.1 ", f"t{s} ")) for s in range(2)]
+            else:  # the baseline: the same six tokens, one a step
+                evs = [make_step(lid, s, target_id=x) for s, x in enumerate((3, 4, 7, 3, 4, 7))]
+            for ev in evs:
+                t += 0.01
+                rec.event(ev, t)
+            steps[lid] = evs
+            ids = tuple(x for e in evs for x in e.emitted_ids)
+            rec.event(LaneDone(lid, make_stats(setup, ids, walls[(p.id, i)], drafted=4 if i else 0, accepted=4 if i else 0,
+                                               prompt_id=p.id)), t)
+    rec.finish({"summary": [{"setup": "baseline"}]}, (), t_end=t + 0.1)
+    return rec.record(), plan, steps
+
+
+def test_a_run_of_several_prompts_shows_each_prompts_lanes_and_its_winner_over_all_of_them(qtbot, window, tmp_path):
+    """A run file of two prompts (as `bench --record` saves a suite): the Results table has a row per lane per
+    prompt, with the prompt, and names the winner over both prompts (Σ of the baseline's walls ÷ Σ of the lane's:
+    11 s ÷ 4 s = 2.75×, not p1's 4×); the lanes show p1's lanes, and the prompt box switches them to p2's."""
+    from app.worker.runfile import save
+
+    rec, plan, steps = _two_prompts()
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        assert window.open_run(str(save(rec, tmp_path / "suite.specdeck")))
+    table = window.results.table
+    assert table.rowCount() == 4 and not table.isColumnHidden(COLUMNS.index("prompt"))
+    prompts = sorted(table.item(r, COLUMNS.index("prompt")).text() for r in range(4))
+    assert prompts == ["p1", "p1", "p2", "p2"]
+    summary = window.results.summary.text()
+    assert "wins over 2 prompts" in summary and "2.75× faster" in summary and "identical to baseline on 2 of 2" in summary, summary
+    # the status bar's winner at a run's end (a replay's): the same lane, over both prompts
+    assert run_winner(window.controller.plan, window.controller.results) == ("Lane 2", "ngram:n=3,k=8")
+    box = window.lanes.prompt_box
+    assert box.isVisibleTo(window) and [box.itemText(i) for i in range(box.count())] == ["p1 · coding", "p2 · math"]
+    l1, l2 = (plan.lane_id(i, plan.prompts[0]) for i in range(2))
+    assert set(window.lane_by_id) == {l1, l2} and window.lane_by_id[l2].document_runs() == expected_runs(steps[l2])
+    box.setCurrentIndex(1)
+    m1, m2 = (plan.lane_id(i, plan.prompts[1]) for i in range(2))
+    assert set(window.lane_by_id) == {m1, m2}
+    assert window.lane_by_id[m2].document_runs() == expected_runs(steps[m2]) and "b0.0" in window.lane_by_id[m2].text.toPlainText()
+    assert all(v.state == "done" for v in window.lane_by_id.values())
+    assert window.lane_by_id[m2].badge.text() == "✓ identical to baseline"
+    box.setCurrentIndex(0)
+    assert window.lane_by_id[l2].document_runs() == expected_runs(steps[l2])
+
+
+def test_a_run_of_one_prompt_has_no_prompt_box_or_column(qtbot, window):
+    r, _ = _record(duration=0.5)
+    with qtbot.waitSignal(window.runEnded, timeout=5000):
+        window.show_record(r, None, 0.0)
+    assert not window.lanes.prompt_box.isVisibleTo(window) and window.results.table.isColumnHidden(COLUMNS.index("prompt"))
+    assert "wins:" in window.results.summary.text() and "3.00× faster" in window.results.summary.text()
 
 
 def _table_text(w) -> list[list[str]]:

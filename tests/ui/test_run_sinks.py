@@ -62,8 +62,9 @@ def test_results_rows_appear_as_lanes_end_with_the_baseline_comparison_once_it_i
     assert win.lane_by_id["L2"].state == "done" and win.lane_by_id["L2"].badge.isHidden()
     _done(win, "L1", make_stats("baseline", (5, 6, 7, 8), 1.0))
     assert table.rowCount() == 2
-    rows = {table.item(i, 1).text(): table.item(i, 10).text() for i in range(2)}
-    speed = {table.item(i, 1).text(): table.item(i, 3).text() for i in range(2)}
+    col = {table.horizontalHeaderItem(j).text(): j for j in range(table.columnCount())}
+    rows = {table.item(i, 1).text(): table.item(i, col["vs baseline"]).text() for i in range(2)}
+    speed = {table.item(i, 1).text(): table.item(i, col["speedup"]).text() for i in range(2)}
     assert rows == {"baseline": "baseline", SETUPS[1]: "identical"} and speed[SETUPS[1]] == "2.00×"
     assert win.lane_by_id["L2"].badge.text() == "✓ identical to baseline" and win.lane_by_id["L1"].badge.text() == "baseline"
     assert "running… 2/3 lanes finished" == win.status_label.text()
