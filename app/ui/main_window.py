@@ -119,6 +119,7 @@ class MainWindow(QMainWindow):
         self.controller.workerState.connect(self.status.set_worker)
         self.controller.replaySample.connect(self._replayed_sample)
         self.record: RunRecord | None = None  # the run shown: the last live run's recording, or a run file opened
+        self._record_setup_note = ""  # why the setup panel does not show the opened run's setup ("": it does)
         self.record_path: str | None = None  # where `record` was read from or saved to
         self.setup_panel.lanesChanged.connect(self._lanes_changed)
 
@@ -546,7 +547,8 @@ class MainWindow(QMainWindow):
         else:
             note = (rec.report.get("gui") or {}).get("load", {}).get("note", "") if isinstance(rec.report.get("gui"), dict) else ""
             self.results.set_load_note(f"⚠ {note}" if note else "")
-            self.status.show_message(f"{self._record_line(rec)} · Replay (Ctrl+R) plays it again")
+            self.status.show_message(f"{self._record_line(rec)} · Replay (Ctrl+R) plays it again"
+                                     + (f" · {self._record_setup_note}" if self._record_setup_note else ""))
         self._set_running_ui(False)
         r = self.controller.results
         if r is not None and not r.stopped and r.by_lane():
@@ -726,11 +728,13 @@ class MainWindow(QMainWindow):
         """Show `rec` in the window (its setup in the panel, its run in the lanes, plots and tables)."""
         self.record, self.record_path = rec, path
         p = rec.plan
+        self._record_setup_note = ""
         try:
             self.apply_session(Session(target=p.target, setups=p.setups, prompt=p.prompts[0].prompt, prompt_id=p.prompts[0].id,
                                        chat=p.chat, mode=p.mode, sampling=p.sampling))
-        except SpecDeckError:
-            pass  # a setup this window cannot edit: the run is still shown
+        except SpecDeckError as e:  # a setup this window cannot edit: the run is still shown, and the panel says whose it is
+            why = e.message.removeprefix("not a usable SpecDeck session: ")
+            self._record_setup_note = f"the setup panel keeps your own lanes, not this run's ({why})"
         self._set_title()
         return self.replay(speed)
 

@@ -133,6 +133,8 @@ def test_a_run_beside_another_races_with_it_and_ranks_against_its_own_baseline(q
     assert "H200" in views["L1"].title.text() and "laptop" in views["L4"].title.text() and len(views) == 6
     assert all(v.state == "done" for v in views.values())
     assert "laptop.specdeck" in window.windowTitle() and "beside" in window.windowTitle()
+    # six lanes do not fit the setup panel (at most four): it keeps the user's lanes, and the status bar says so
+    assert "the setup panel keeps your own lanes, not this run's (a session has 1 to 4 setups, got 6)" in window.status_label.text()
     t0 = time.monotonic()
     with qtbot.waitSignal(window.runEnded, timeout=30_000):
         window.replay(4.0)
@@ -189,6 +191,7 @@ def test_a_run_of_several_prompts_shows_each_prompts_lanes_and_its_winner_over_a
     rec, plan, steps = _two_prompts()
     with qtbot.waitSignal(window.runEnded, timeout=5000):
         assert window.open_run(str(save(rec, tmp_path / "suite.specdeck")))
+    assert window.setups() == list(plan.setups) and "keeps your own lanes" not in window.status_label.text()
     table = window.results.table
     assert table.rowCount() == 4 and not table.isColumnHidden(COLUMNS.index("prompt"))
     prompts = sorted(table.item(r, COLUMNS.index("prompt")).text() for r in range(4))
