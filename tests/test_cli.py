@@ -47,18 +47,24 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     t, d = (str(p) for p in tiny_pair)
     out = tmp_path / "r.json"
     r = app("bench", "--target", t, "--setup", f"draft:{d},k=3,cstop=1e-9,dtype=int8", "--setup", "hf-lookup:k=4",
-            "--setup", f"hf-assisted:{d},k=3", "--suite", "quick", "--max-new-tokens", "12", "--mode", "interleaved", "--no-chat",
-            "--json", str(out), "--record", str(tmp_path / "r.specdeck"), "--quiet")
+            "--setup", f"hf-assisted:{d},k=3", "--setup", f"draft:{d},k=2,dtype=int8", "--suite", "quick", "--max-new-tokens", "12",
+            "--mode", "interleaved", "--no-chat", "--json", str(out), "--record", str(tmp_path / "r.specdeck"), "--quiet")
     assert r.returncode == 0, r.stderr
     assert "speedup" in r.stdout and "theory" in r.stdout and f"draft:{d},k=3,cstop=1e-09,dtype=int8" in r.stdout
     assert "speedup by category" in r.stdout and "editing" in r.stdout
     doc = json.loads(out.read_text())
-    assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 12
+    assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 15
     assert doc["categories"] == {"code-1": "coding", "edit-1": "editing", "qa-1": "qa"}
     assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours (int8 draft) and HF's reference lanes, greedy fp32
     assert doc["speedup_intervals"] == {} and doc["against_fastest"] == [] and "interval" not in r.stdout  # 3 prompts: too few
     # the table lists the baseline first, then the setups as asked (not in the order interleaved lanes finished)
-    assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3"]
+    assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3",
+                                                    f"draft:{d},k=2,dtype=int8"]
+    # the two setups of the int8 draft, compared position by position on each prompt (greedy): where their drafts parted
+    (dp,) = doc["draft_parting"]
+    assert dp["draft"] == f"draft:{d},dtype=int8" and dp["setups"] == 2 and dp["prompts"] == 3 and 0 <= dp["differ"] <= dp["shared"]
+    assert dp["shared"] >= 3  # every prompt's first drafts at least
+    assert ("its 2 setups' lanes drafted other tokens on the same prefix" in r.stdout) == bool(dp["differ"])
     # --record: the same run as a run file (every lane's steps, timed, and the same report) that the window can show
     from app.core.events import LaneDone, StepEvent
     from app.worker.runfile import load
@@ -67,7 +73,7 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     assert rec.report["summary"] == doc["summary"] and rec.plan.setups == tuple(x["setup"] for x in doc["summary"])
     done = [ev for _, ev in rec.events if isinstance(ev, LaneDone) and not ev.lane_id.startswith("warm")]
     steps = [ev for _, ev in rec.events if isinstance(ev, StepEvent) and not ev.lane_id.startswith("warm")]
-    assert len(done) == 12 and sum(len(s.emitted_ids) for s in steps) == sum(x["new_tokens"] for x in doc["runs"])
+    assert len(done) == 15 and sum(len(s.emitted_ids) for s in steps) == sum(x["new_tokens"] for x in doc["runs"])
     assert [t for t, _ in rec.events] == sorted(t for t, _ in rec.events) and rec.duration_s >= rec.events[-1][0]
 
 

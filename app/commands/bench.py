@@ -17,7 +17,7 @@ from typing import Any
 from app.commands.intervals import against_fastest, speedup_intervals
 from app.commands.worker_run import Stuck, WorkerRun, stop_signals
 from app.core.errors import SetupError, WorkerDiedError
-from app.core.report import check_writable, write_json
+from app.core.report import check_writable, draft_parting, write_json
 from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
 
 __all__ = ["add_parser", "run", "plan_of", "prompts_of", "error_lines"]
@@ -111,6 +111,7 @@ class _Bench:
         self.w = WorkerRun(quiet, tap=self.recorder.worker_event if self.recorder is not None else None)
         self.results = RunResults(plan)
         self.failed_setups: set[int] = set()
+        self.steps: dict[str, list] = {}  # a draft-model lane's steps, by lane id (where lanes of one draft part)
         self.label = ""  # the machine's name in a run file (--label)
         self.device, self.dtype = plan.device or "auto", plan.dtype or "auto"
 
@@ -142,13 +143,16 @@ class _Bench:
         return errors
 
     def run(self) -> None:
-        from app.core.events import LaneDone, RunError
+        from app.core.events import LaneDone, RunError, StepEvent
 
         plan, results, bar = self.plan, self.results, self.w.bar
         finished = [0]
+        drafting = {spec.lane_id for spec in plan.lanes if spec.setup.lstrip().lower().startswith("draft:")}
 
         def on_event(ev) -> None:
             results.on_event(ev)
+            if isinstance(ev, StepEvent) and ev.lane_id in drafting:
+                self.steps.setdefault(ev.lane_id, []).append(ev)
             if isinstance(ev, LaneDone) and not plan.is_warmup(ev.lane_id):
                 st: Any = ev.stats
                 finished[0] += 1
@@ -211,6 +215,10 @@ def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
     doc = results.report(b.device, b.dtype, extra)
     doc["speedup_intervals"] = speedup_intervals(doc)  # here, not in the window's reports: scipy takes a second to import
     doc["against_fastest"] = against_fastest(doc)
+    if not b.plan.sampling.temperature:  # greedy: where lanes of one draft model drafted other tokens (sampled lanes draw apart)
+        ended = results.by_lane()
+        doc["draft_parting"] = draft_parting([(spec.setup, spec.prompt_id, spec.repeat, b.steps[spec.lane_id]) for spec in b.plan.lanes
+                                              if spec.lane_id in b.steps and spec.lane_id in ended])
     if args.record and b.recorder is not None:
         rc = _save_record(b, doc, args.record, stopped=bool(failure)) or rc
     if args.json == "-":

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from app.core.errors import SetupError, SpecDeckError
-from app.core.metrics import LaneStats, baseline_of, first_divergence, is_baseline, setup_target, summarize
+from app.core.events import StepEvent
+from app.core.metrics import LaneStats, baseline_of, draft_differences, first_divergence, is_baseline, setup_target, summarize
 
-__all__ = ["attach_baseline", "build_report", "category_speedups", "RUN_KEYS", "check_writable", "write_json"]
+__all__ = ["attach_baseline", "build_report", "category_speedups", "draft_parting", "RUN_KEYS", "check_writable", "write_json"]
 
 RUN_KEYS = (
     "setup",
@@ -86,6 +87,60 @@ def _clean(x):
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
     return x
+
+
+def _drafter(setup: str) -> str | None:
+    """A draft-model lane's draft, as a setup names it without its drafting rule ("draft:D,dtype=int8[@T]": lanes with
+    the same draft, precision and target), None for other kinds."""
+    from app.core.setups import parse_setup
+
+    try:
+        st = parse_setup(setup)
+    except SpecDeckError:
+        return None
+    if getattr(st, "prefix", None) != "draft":
+        return None
+    return f"draft:{st.engine}" + (f",dtype={st.dtype}" if st.dtype else "") + (f"@{st.target}" if st.target else "")
+
+
+def draft_parting(lanes: Sequence[tuple[str, str, int, Sequence[StepEvent]]]) -> list[dict]:
+    """Where lanes of one draft model (several setups of the same draft, precision and target, greedy) drafted other
+    tokens on the same prefix of a prompt's answer (app.core.metrics.draft_differences), per draft over the run: the
+    answer positions two of its lanes both drafted (each pair of lanes of a prompt and repeat), those where the
+    tokens differed, and the prompts where any did.
+
+    Args:
+        lanes: (setup, prompt id, repeat, the lane's StepEvents) of the run's finished lanes.
+
+    Returns:
+        One entry per draft with at least two setups compared: {"draft", "setups", "shared", "differ", "prompts",
+        "prompts_differ"}; a draft whose steps do not say their tokens (trees) is left out.
+    """
+    by: dict[str, dict[tuple[str, int], list[tuple[str, Sequence[StepEvent]]]]] = {}
+    for setup, prompt, repeat, steps in lanes:
+        d = _drafter(setup)
+        if d is not None:
+            by.setdefault(d, {}).setdefault((prompt, repeat), []).append((setup, steps))
+    out = []
+    for d, groups in by.items():
+        shared = differ = compared = parted = 0
+        setups: set[str] = set()
+        for group in groups.values():
+            diffs = []
+            for i, (x, sx) in enumerate(group):
+                for y, sy in group[i + 1:]:
+                    if (r := draft_differences(sx, sy)) is not None:
+                        diffs.append((x, y, r[0], len(r[1])))
+            if not diffs:
+                continue
+            compared += 1
+            parted += any(n_diff for *_, n_diff in diffs)
+            for x, y, n, n_diff in diffs:
+                setups |= {x, y}
+                shared, differ = shared + n, differ + n_diff
+        if compared and shared:
+            out.append(dict(draft=d, setups=len(setups), shared=shared, differ=differ, prompts=compared, prompts_differ=parted))
+    return out
 
 
 def build_report(

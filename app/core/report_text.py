@@ -133,6 +133,13 @@ def render_summary(doc: dict) -> str:
     for s in doc["summary"]:
         for note in s.get("notes") or ():
             table += f"\nnote: {s['setup']}: {note}"
+    for d in doc.get("draft_parting") or ():
+        if d["differ"]:
+            table += (f"\nnote: {d['draft']}: its {d['setups']} setups' lanes drafted other tokens on the same prefix at {d['differ']} of the "
+                      f"{d['shared']} answer positions two of them drafted ({100 * d['differ'] / d['shared']:.1f} %; on {d['prompts_differ']} of "
+                      f"{d['prompts']} prompts): the draft's numerics depend on how each lane's steps feed it, so on one prompt two of these "
+                      "setups can part by a step by luck, not by their rules; over many prompts it evens out "
+                      "(resources/bench/README.md#draft-parting)")
 
     paired = render_against_fastest(doc)
     if paired:

@@ -96,3 +96,21 @@ def test_the_bench_table_shows_the_intervals_and_the_paired_verdicts():
     rows = {x.split()[0]: x for x in lines[at + 3: at + 5]}
     assert rows["slower"].endswith("slower") and "0/6" in rows["slower"]
     assert rows["mixed"].endswith("not told apart") and "3/6" in rows["mixed"]
+
+
+def test_the_bench_table_says_where_lanes_of_one_draft_parted():
+    """A report's draft_parting (bench, greedy): a note when the draft's lanes drafted other tokens on the same prefix,
+    none when they agreed everywhere."""
+    from app.core.report_text import render_summary
+
+    doc = _doc({"baseline": BASE, "fast": {k: v / 2.0 for k, v in BASE.items()}})
+    nan = float("nan")
+    for s in doc["summary"]:
+        s.update(tokens_per_s=1.0, speedup=1.0, theoretical_speedup=None, acceptance_rate=None, mean_accepted_len=None, mean_k=0.0, c=None,
+                 ttft_s=0.1, prefill_share=nan, draft_share=nan, verify_share=nan, overhead_share=nan)
+    doc.update(target="t", device="cpu", dtype="float32")
+    doc["draft_parting"] = [dict(draft="draft:d,dtype=int8", setups=5, shared=880, differ=14, prompts=24, prompts_differ=10)]
+    assert ("note: draft:d,dtype=int8: its 5 setups' lanes drafted other tokens on the same prefix at 14 of the 880 answer "
+            "positions two of them drafted (1.6 %; on 10 of 24 prompts)") in render_summary(doc)
+    doc["draft_parting"][0].update(differ=0, prompts_differ=0)
+    assert "drafted other tokens" not in render_summary(doc)

@@ -79,6 +79,22 @@ def test_draft_differences_finds_where_one_draft_proposed_other_tokens_on_the_sa
     assert draft_differences(a, [ev(0, [], 0, 5, [5, 6, 7], "library")]) is None
 
 
+def test_draft_parting_pools_the_lanes_of_one_draft_per_run():
+    """Three setups of one int8 draft and one of another precision on two prompts: each prompt's pairs of the int8
+    draft's lanes compared (3 pairs a prompt), the fp32 draft alone (nothing to compare), other kinds ignored."""
+    from app.core.report import draft_parting
+
+    a = [ev(0, [5, 6], 2, 7, [5, 6, 7], "bonus", q=[0.9, 0.8]), ev(1, [9], 0, 8, [8], "correction", q=[0.29])]
+    b = [ev(0, [5, 6], 2, 7, [5, 6, 7], "bonus", q=[0.9, 0.8]), ev(1, [8], 1, 10, [8, 10], "bonus", q=[0.3])]
+    lanes = [("draft:d,k=auto,dtype=int8", "p1", 0, a), ("draft:d,k=8,cstop=0.5,dtype=int8", "p1", 0, b),
+             ("draft:d,k=4,dtype=int8", "p1", 0, b), ("draft:d,k=4", "p1", 0, a), ("ngram:k=4", "p1", 0, a),
+             ("draft:d,k=auto,dtype=int8", "p2", 0, a), ("draft:d,k=8,cstop=0.5,dtype=int8", "p2", 0, a)]
+    (dp,) = draft_parting(lanes)
+    # p1: auto–k8 and auto–k4 share positions 0, 1, 3 and differ at 3; k8–k4 share 0, 1, 3 and agree; p2: 3 shared, 0 differ
+    assert dp == dict(draft="draft:d,dtype=int8", setups=3, shared=12, differ=2, prompts=2, prompts_differ=1)
+    assert draft_parting([("draft:d,k=4", "p1", 0, a)]) == []
+
+
 def test_theoretical_speedup_formula():
     # Leviathan et al.: (1 - α^(k+1)) / ((1 - α)(k c + 1))
     assert theoretical_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
