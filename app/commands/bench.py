@@ -147,7 +147,8 @@ class _Bench:
 
         plan, results, bar = self.plan, self.results, self.w.bar
         finished = [0]
-        drafting = {spec.lane_id for spec in plan.lanes if spec.setup.lstrip().lower().startswith("draft:")}
+        # greedy draft-model lanes' steps, for where lanes of one draft part (sampled lanes draw apart anyway)
+        drafting = {spec.lane_id for spec in plan.lanes if spec.setup.lstrip().lower().startswith("draft:")} if not plan.sampling.temperature else set()
 
         def on_event(ev) -> None:
             results.on_event(ev)

@@ -176,15 +176,16 @@ class DraftAt:
 def drafts_on_answer(steps: Sequence[StepEvent]) -> dict[int, DraftAt] | None:
     """Every answer position (0-based, in emitted tokens) at which the lane's draft proposed a token with the answer
     so far as its prefix — the kept drafts of each step and its first rejected one; drafts past a rejection followed
-    a wrong prefix and are left out. None where the steps do not say which tokens were drafted (a token tree, a
-    library lane, a backend that reports counts only)."""
+    a wrong prefix and are left out, and so is the draft after a step that ended without a target token (an EOS
+    kept, the token limit), which the answer never reached. None where the steps do not say which tokens were drafted
+    (a token tree, a library lane, a backend that reports counts only)."""
     out: dict[int, DraftAt] = {}
     pos = 0
     for s in steps:
         if s.tree is not None or s.target_kind == "library" or (s.drafted_count is not None and not s.drafted_ids):
             return None
         a = s.accepted_count
-        for i, tok in enumerate(s.drafted_ids[: a + 1]):
+        for i, tok in enumerate(s.drafted_ids[: a + 1 if s.target_id is not None else a]):
             q = s.draft_probs[i] if s.draft_probs and i < len(s.draft_probs) else None
             out[pos + i] = DraftAt(int(tok), None if q is None else float(q), i < a)
         pos += len(s.emitted_ids)
@@ -192,8 +193,9 @@ def drafts_on_answer(steps: Sequence[StepEvent]) -> dict[int, DraftAt] | None:
 
 
 def draft_differences(a: Sequence[StepEvent], b: Sequence[StepEvent]) -> tuple[int, list[tuple[int, DraftAt, DraftAt]]] | None:
-    """Where two lanes of one prompt with the same draft model (greedy, the same answer) drafted different tokens on
-    the same prefix: (how many positions both drafted, [(position, a's draft, b's draft) where the tokens differ]).
+    """Where two lanes of one prompt with the same draft model (greedy) drafted different tokens on the same prefix:
+    (how many positions both drafted, [(position, a's draft, b's draft) where the tokens differ]). Where the lanes'
+    answers differ, only positions up to their first divergence share a prefix, and only those are compared.
 
     With greedy decoding the draft's token at a position is a function of the prefix, so two lanes of the same draft
     differ there only through the draft's numerics — which depend on how its tokens were fed (one at a time, or
@@ -205,7 +207,8 @@ def draft_differences(a: Sequence[StepEvent], b: Sequence[StepEvent]) -> tuple[i
     da, db = drafts_on_answer(a), drafts_on_answer(b)
     if da is None or db is None:
         return None
-    shared = sorted(da.keys() & db.keys())
+    div = first_divergence([t for s in a for t in s.emitted_ids], [t for s in b for t in s.emitted_ids])
+    shared = sorted(p for p in da.keys() & db.keys() if div is None or p <= div)
     return len(shared), [(p, da[p], db[p]) for p in shared if da[p].token != db[p].token]
 
 

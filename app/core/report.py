@@ -15,7 +15,7 @@ from app.core.errors import SetupError, SpecDeckError
 from app.core.events import StepEvent
 from app.core.metrics import LaneStats, baseline_of, draft_differences, first_divergence, is_baseline, setup_target, summarize
 
-__all__ = ["attach_baseline", "build_report", "category_speedups", "draft_parting", "RUN_KEYS", "check_writable", "write_json"]
+__all__ = ["attach_baseline", "build_report", "category_speedups", "draft_of", "draft_parting", "RUN_KEYS", "check_writable", "write_json"]
 
 RUN_KEYS = (
     "setup",
@@ -89,7 +89,7 @@ def _clean(x):
     return x
 
 
-def _drafter(setup: str) -> str | None:
+def draft_of(setup: str) -> str | None:
     """A draft-model lane's draft, as a setup names it without its drafting rule ("draft:D,dtype=int8[@T]": lanes with
     the same draft, precision and target), None for other kinds."""
     from app.core.setups import parse_setup
@@ -114,18 +114,21 @@ def draft_parting(lanes: Sequence[tuple[str, str, int, Sequence[StepEvent]]]) ->
 
     Returns:
         One entry per draft with at least two setups compared: {"draft", "setups", "shared", "differ", "prompts",
-        "prompts_differ"}; a draft whose steps do not say their tokens (trees) is left out.
+        "prompts_differ"} (prompts: distinct prompt ids, whatever the repeats); a draft whose steps do not say their
+        tokens (trees) is left out.
     """
     by: dict[str, dict[tuple[str, int], list[tuple[str, Sequence[StepEvent]]]]] = {}
     for setup, prompt, repeat, steps in lanes:
-        d = _drafter(setup)
+        d = draft_of(setup)
         if d is not None:
             by.setdefault(d, {}).setdefault((prompt, repeat), []).append((setup, steps))
     out = []
     for d, groups in by.items():
-        shared = differ = compared = parted = 0
+        shared = differ = 0
         setups: set[str] = set()
-        for group in groups.values():
+        compared: set[str] = set()
+        parted: set[str] = set()
+        for (prompt, _), group in groups.items():
             diffs = []
             for i, (x, sx) in enumerate(group):
                 for y, sy in group[i + 1:]:
@@ -133,13 +136,14 @@ def draft_parting(lanes: Sequence[tuple[str, str, int, Sequence[StepEvent]]]) ->
                         diffs.append((x, y, r[0], len(r[1])))
             if not diffs:
                 continue
-            compared += 1
-            parted += any(n_diff for *_, n_diff in diffs)
+            compared.add(prompt)
+            if any(n_diff for *_, n_diff in diffs):
+                parted.add(prompt)
             for x, y, n, n_diff in diffs:
                 setups |= {x, y}
                 shared, differ = shared + n, differ + n_diff
         if compared and shared:
-            out.append(dict(draft=d, setups=len(setups), shared=shared, differ=differ, prompts=compared, prompts_differ=parted))
+            out.append(dict(draft=d, setups=len(setups), shared=shared, differ=differ, prompts=len(compared), prompts_differ=len(parted)))
     return out
 
 

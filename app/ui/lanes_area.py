@@ -211,7 +211,8 @@ class LanesArea(QWidget):
             return
         self._show_group(group)
         for ev, t in self._history:
-            if getattr(ev, "lane_id", None) in self.by_id:
+            lane = getattr(ev, "lane_id", None)
+            if lane in self.by_id or (lane is None and isinstance(ev, RunError)):  # its lanes', and the run's errors
                 self._apply(ev, t)
         for v in self.by_id.values():
             v.flush(header=True)

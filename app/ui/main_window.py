@@ -533,7 +533,7 @@ class MainWindow(QMainWindow):
 
     def _run_started(self, run_id: str) -> None:
         if self.controller.replaying is None:
-            self.record, self.record_path = None, None
+            self.record, self.record_path, self._record_setup_note = None, None, ""
             self.plots.show_live_telemetry()
             self._set_title()
         self._set_running_ui(True)

@@ -152,12 +152,15 @@ def _groups(stats: Sequence[LaneStats]) -> int:
 
 
 def _best(totals: Sequence[LaneTotal]) -> LaneTotal | None:
-    """The fastest lane over the run: by pooled speedup where lanes have one, else by pooled tokens/s."""
+    """The fastest lane over the run, among those that finished the most prompts (a lane that failed some does not
+    win on the others): by pooled speedup where lanes have one, else by pooled tokens/s."""
     if not totals:
         return None
-    if any(t.speedup is not None for t in totals):
-        return max((t for t in totals if t.speedup is not None), key=lambda t: t.speedup or 0.0)
-    return max(totals, key=lambda t: t.tokens_per_s)
+    most = max(t.runs for t in totals)
+    full = [t for t in totals if t.runs == most]
+    if any(t.speedup is not None for t in full):
+        return max((t for t in full if t.speedup is not None), key=lambda t: t.speedup or 0.0)
+    return max(full, key=lambda t: t.tokens_per_s)
 
 
 def lane_label(plan: RunPlan, lane_id: str) -> str:
@@ -418,19 +421,22 @@ class ResultsPanel(QWidget):
         def name(t: LaneTotal) -> str:
             return f"<b style='color:{t.color}'>{t.lane}</b>"
 
+        def part(t: LaneTotal) -> str:  # a lane that did not finish every prompt is pooled over those it did
+            return f" (on {t.runs} of {n})" if t.runs < n else ""
+
         if best.speedup is None:
-            head = (f"{name(best)} <code>{best.setup}</code> is fastest {over} at <b>{best.tokens_per_s:.2f} tok/s</b> "
+            head = (f"{name(best)} <code>{best.setup}</code> is fastest {over} at <b>{best.tokens_per_s:.2f} tok/s</b>{part(best)} "
                     "(add a baseline lane to see speedups).")
         elif is_baseline(best.setup):
             head = f"<b>Baseline wins</b> {over}: no speculative setup beat plain decoding here."
         else:
             same = f"; output identical to baseline on {best.identical} of {best.compared}" if best.compared else ""
-            head = (f"{name(best)} <code>{best.setup}</code> wins {over}: <b>{best.speedup:.2f}× faster</b> than baseline "
+            head = (f"{name(best)} <code>{best.setup}</code> wins {over}: <b>{best.speedup:.2f}× faster</b> than baseline{part(best)} "
                     f"(Σ of the baseline's times ÷ Σ of its own; {best.tokens_per_s:.2f} tok/s){same}.")
         others = [t for t in self.totals if t is not best and t.speedup is not None and not is_baseline(t.setup)]
         others.sort(key=lambda t: -(t.speedup or 0.0))
         if others:
-            head += " Then " + ", ".join(f"{name(t)} {t.speedup:.2f}×" for t in others) + "."
+            head += " Then " + ", ".join(f"{name(t)} {t.speedup:.2f}×{part(t)}" for t in others) + "."
         return head
 
     def set_theme(self, theme: Theme) -> None:

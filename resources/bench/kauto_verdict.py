@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.commands.intervals import LEVEL, MIN_UNITS  # noqa: E402  (the bench's intervals: level, fewest prompts)
+from app.core.report import draft_of  # noqa: E402  (a draft-model setup's draft, precision and target)
 from app.core.report_text import CPU_WAIT_WARN_LANE as MAX_WAIT  # noqa: E402  (a lane the bench names as having waited)
 
 
@@ -227,7 +228,8 @@ def main() -> int:
             row["runs_below_hf"] = sum(1 for j in js if walls[auto][(j, p)] > walls[hf][(j, p)])
             below = f"{row['runs_below_hf']}/{len(js)}"
         parted = ""
-        if steps and (d := draft_parting(steps, auto, best_name, p, js)) is not None:
+        same_draft = draft_of(auto) == draft_of(best_name)  # another draft model or precision parts by itself
+        if steps and same_draft and (d := draft_parting(steps, auto, best_name, p, js)) is not None:
             row["draft_parting"] = d
             parted = f"{d['differ']:>3}/{d['shared']:<3} {d['against']}/{d['for_auto']}  ({best_name.split(',', 1)[1]})"
         out_prompts.append(row)

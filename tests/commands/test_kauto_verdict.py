@@ -83,37 +83,59 @@ def _step(lane: str, i: int, drafted: list[int], a: int, emitted: list[int], q: 
                      tuple(emitted), draft_probs=tuple(q))
 
 
-def test_a_run_file_says_where_the_draft_itself_parted_k_auto_from_the_best_fixed_lane(tmp_path):
-    """A run file stands for its report and adds each lane's steps: on c1 k=auto's draft proposed token 9 at answer
-    position 3 (rejected) where the best fixed lane's draft proposed 8 there (kept) — one verdict against k=auto
-    that its rule did not choose; on c2 both lanes' drafts agree everywhere. Literal steps and walls, a real run file
-    (app.worker.runfile)."""
+def _run_file(tmp_path, setups: tuple[str, ...], lanes: dict, walls: dict) -> str:
+    """A real run file (app.worker.runfile) of prompts c1, c2 with these lanes' literal steps and walls."""
     from app.core.prompts import Prompt
     from app.core.setups import Sampling
     from app.worker.plan import RunPlan
     from app.worker.runfile import RunRecorder, save
 
-    auto, k8 = "draft:smollm2-135m-instruct,k=auto", "draft:smollm2-135m-instruct,k=8,cstop=0.5"
-    plan = RunPlan("smollm2-135m-instruct", ("baseline", auto, k8), (Prompt("c1", "a", "coding"), Prompt("c2", "b", "coding")),
+    plan = RunPlan("smollm2-135m-instruct", setups, (Prompt("c1", "a", "coding"), Prompt("c2", "b", "coding")),
                    Sampling(max_new_tokens=5), mode="paced")
     rec = RunRecorder(plan, machine={"label": "t", "cpu": "x"}, t0=0.0)
-    same = [([5, 6], 2, [5, 6, 7], [0.9, 0.8]), ([8], 1, [8, 10], [0.3])]
-    lanes = {("c1", auto): [*same[:1], ([9], 0, [8], [0.29])], ("c1", k8): same, ("c2", auto): same, ("c2", k8): same}
     for (p, s), steps in lanes.items():
         lane = plan.lane_id(plan.setups.index(s), next(x for x in plan.prompts if x.id == p))
         for i, (drafted, a, emitted, q) in enumerate(steps):
             rec.event(_step(lane, i, drafted, a, emitted, q), 0.1)
-    walls = {"baseline": {"c1": 10.0, "c2": 10.0}, auto: {"c1": 5.0, "c2": 5.0}, k8: {"c1": 4.0, "c2": 5.0}}
     rec.finish(dict(runs=[dict(setup=s, prompt_id=p, repeat=0, wall_s=w, cpu_wait_s=0.0) for s, by in walls.items() for p, w in by.items()],
                     categories={"c1": "coding", "c2": "coding"}, created="t"), t_end=1.0)
-    path = save(rec.record(), tmp_path / "run.specdeck")
+    return str(save(rec.record(), tmp_path / "run.specdeck"))
+
+
+AUTO_S, K8_S, K8_INT8 = ("draft:smollm2-135m-instruct,k=auto", "draft:smollm2-135m-instruct,k=8,cstop=0.5",
+                         "draft:smollm2-135m-instruct,k=8,cstop=0.5,dtype=int8")
+SAME = [([5, 6], 2, [5, 6, 7], [0.9, 0.8]), ([8], 1, [8, 10], [0.3])]
+OTHER = [*SAME[:1], ([9], 0, [8], [0.29])]  # token 9 at position 3, rejected
+
+
+def test_a_run_file_says_where_the_draft_itself_parted_k_auto_from_the_best_fixed_lane(tmp_path):
+    """A run file stands for its report and adds each lane's steps: on c1 k=auto's draft proposed token 9 at answer
+    position 3 (rejected) where the best fixed lane's draft proposed 8 there (kept) — one verdict against k=auto
+    that its rule did not choose; on c2 both lanes' drafts agree everywhere. Literal steps and walls, a real run file
+    (app.worker.runfile)."""
+    lanes = {("c1", AUTO_S): OTHER, ("c1", K8_S): SAME, ("c2", AUTO_S): SAME, ("c2", K8_S): SAME}
+    walls = {"baseline": {"c1": 10.0, "c2": 10.0}, AUTO_S: {"c1": 5.0, "c2": 5.0}, K8_S: {"c1": 4.0, "c2": 5.0}}
+    path = _run_file(tmp_path, ("baseline", AUTO_S, K8_S), lanes, walls)
     out = tmp_path / "v.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(path), "--json", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, str(SCRIPT), path, "--json", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     by = {p["prompt"]: p for p in json.loads(out.read_text())["prompts"]}
-    assert by["c1"]["vs_best_fixed"] == pytest.approx(0.8) and by["c1"]["best_fixed"] == k8
+    assert by["c1"]["vs_best_fixed"] == pytest.approx(0.8) and by["c1"]["best_fixed"] == K8_S
     assert by["c1"]["draft_parting"] == dict(shared=3, differ=1, against=1, for_auto=0, first=dict(
         run=1, repeat=0, position=3, auto=dict(token=9, q=pytest.approx(0.29), kept=False), fixed=dict(token=8, q=pytest.approx(0.3), kept=True)))
     assert by["c2"]["draft_parting"] == dict(shared=3, differ=0, against=0, for_auto=0, first=None)
     assert "On 1 of them" in r.stdout
     assert "c1 0.800 (token 3: k=auto's draft q 0.29 rejected, the fixed lane's q 0.30 kept)" in r.stdout
+
+
+def test_a_best_fixed_lane_of_another_draft_precision_is_not_compared_token_by_token(tmp_path):
+    """Where the best fixed lane runs the draft at another precision, its tokens differ by the model, not by how it
+    was fed: no draft parting is reported for that prompt."""
+    lanes = {("c1", AUTO_S): OTHER, ("c1", K8_INT8): SAME, ("c2", AUTO_S): SAME, ("c2", K8_INT8): SAME}
+    walls = {"baseline": {"c1": 10.0, "c2": 10.0}, AUTO_S: {"c1": 5.0, "c2": 5.0}, K8_INT8: {"c1": 4.0, "c2": 5.0}}
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), _run_file(tmp_path, ("baseline", AUTO_S, K8_INT8), lanes, walls), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    by = {p["prompt"]: p for p in json.loads(out.read_text())["prompts"]}
+    assert by["c1"]["best_fixed"] == K8_INT8 and "draft_parting" not in by["c1"] and "On 0 of them" in r.stdout

@@ -79,6 +79,17 @@ def test_draft_differences_finds_where_one_draft_proposed_other_tokens_on_the_sa
     assert draft_differences(a, [ev(0, [], 0, 5, [5, 6, 7], "library")]) is None
 
 
+def test_a_step_that_ended_without_a_target_token_reaches_no_further_and_diverged_answers_part_no_more():
+    """An EOS kept mid-step (target None): the draft after it is not an answer position. Two lanes whose answers
+    diverge at position 3 share a prefix only up to it: drafts past it are not compared."""
+    eos = [ev(0, [5, 2, 7], 2, None, [5, 2], "correction", q=[0.9, 0.8, 0.7])]  # 2 = EOS, kept; 7 drafted after it
+    assert drafts_on_answer(eos) == {0: DraftAt(5, 0.9, True), 1: DraftAt(2, 0.8, True)}
+    a = [ev(0, [5, 6, 7], 3, 8, [5, 6, 7, 8], "bonus", q=[0.9, 0.9, 0.9]), ev(1, [10, 11], 2, 12, [10, 11, 12], "bonus", q=[0.9, 0.9])]
+    b = [ev(0, [5, 6], 2, 9, [5, 6, 9], "bonus", q=[0.9, 0.9]), ev(1, [4, 3], 1, 12, [4, 12], "correction", q=[0.9, 0.9])]
+    # they diverge at position 2 (7 against 9): position 2 is on the same prefix (b did not draft it); 3 and 4 are not
+    assert draft_differences(a, b) == (2, [])
+
+
 def test_draft_parting_pools_the_lanes_of_one_draft_per_run():
     """Three setups of one int8 draft and one of another precision on two prompts: each prompt's pairs of the int8
     draft's lanes compared (3 pairs a prompt), the fp32 draft alone (nothing to compare), other kinds ignored."""
@@ -92,6 +103,9 @@ def test_draft_parting_pools_the_lanes_of_one_draft_per_run():
     (dp,) = draft_parting(lanes)
     # p1: auto–k8 and auto–k4 share positions 0, 1, 3 and differ at 3; k8–k4 share 0, 1, 3 and agree; p2: 3 shared, 0 differ
     assert dp == dict(draft="draft:d,dtype=int8", setups=3, shared=12, differ=2, prompts=2, prompts_differ=1)
+    # a repeat of p2 counts its positions, not another prompt
+    (dp,) = draft_parting([*lanes, ("draft:d,k=auto,dtype=int8", "p2", 1, a), ("draft:d,k=8,cstop=0.5,dtype=int8", "p2", 1, b)])
+    assert dp["prompts"] == 2 and dp["prompts_differ"] == 2 and dp["shared"] == 15 and dp["differ"] == 3
     assert draft_parting([("draft:d,k=4", "p1", 0, a)]) == []
 
 

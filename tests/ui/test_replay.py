@@ -330,3 +330,19 @@ def test_a_lane_waiting_on_its_server_shows_the_wait_until_tokens_come(qtbot, wi
     assert not lanes.by_id["L1"].notice.isVisibleTo(lanes.by_id["L1"])
     lanes.on_event(events["L2"][0], 0.1)
     assert not lanes.by_id["L2"].notice.isVisibleTo(lanes.by_id["L2"])
+
+
+def test_a_lane_that_missed_prompts_is_pooled_over_those_it_finished_and_says_so(qtbot):
+    """Lane 3 failed on p2: it does not win on p1 alone (4x there); the lane that finished both prompts wins, and
+    Lane 3's pooled speedup, over p1 only, says so."""
+    from app.ui.results import ResultsPanel
+
+    panel = ResultsPanel()
+    qtbot.addWidget(panel)
+    st = [("Lane 1", "#000", make_stats("baseline", (1, 2), 4.0, prompt_id="p1")), ("Lane 1", "#000", make_stats("baseline", (1, 2), 4.0, prompt_id="p2")),
+          ("Lane 2", "#111", make_stats(SETUPS[1], (1, 2), 2.0, prompt_id="p1")), ("Lane 2", "#111", make_stats(SETUPS[1], (1, 2), 2.0, prompt_id="p2")),
+          ("Lane 3", "#222", make_stats(SETUPS[2], (1, 2), 1.0, prompt_id="p1"))]
+    panel.set_results(st)
+    text = panel.summary.text()
+    assert "Lane 2</b> <code>ngram:n=3,k=8</code> wins over 2 prompts: <b>2.00× faster</b> than baseline (Σ" in text, text
+    assert "Then <b style='color:#222'>Lane 3</b> 4.00× (on 1 of 2)." in text
