@@ -130,10 +130,13 @@ COLUMNS = COL_RECV_S, COL_LANE_S, COL_TOKENS, COL_ACCEPTED, COL_DRAFTED, COL_RAT
 
 
 class LaneSeries:
-    """One lane's ring of per-step figures and its plot items."""
+    """One lane's ring of per-step figures and its plot items — or, in a run of several prompts, one setup's lanes
+    one after another: their lane clocks laid end to end (`clock_offset`, from the lane `current` on)."""
 
     def __init__(self, lane_id: str, label: str, color: str, capacity: int) -> None:
         self.lane_id = lane_id
+        self.current = lane_id  # the lane whose steps come in now
+        self.clock_offset = 0.0  # lane clock of the lanes before `current` (a run of several prompts)
         self.label = label
         self.color = color
         self.ring = Ring(capacity, len(COLUMNS))

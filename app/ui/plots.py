@@ -109,6 +109,7 @@ class PlotPanel(QWidget):
         self.presenting_px: int | None = None  # presentation mode's text size (None: not presenting)
         self.live_telemetry = True  # False while a recorded run is shown: its own samples, not this machine's
         self.lanes: dict[str, LaneSeries] = {}
+        self._series_of: dict[str, str] = {}  # lane id → its series (a run of several prompts: its setup's)
         self.phases: list[Phase] = []
         self._inbox: deque = deque()
         self.tele = Ring(capacity, 7)  # t_mono, util/cpu_w, mem/rss_w, cpu_g, rss_g, mem_total, cpu_sys
@@ -310,12 +311,18 @@ class PlotPanel(QWidget):
     # --- RunSink -----------------------------------------------------------------------------------
     def start_run(self, plan: RunPlan, results: RunResults | None = None, t0: float | None = None) -> None:
         """A run begins now (or at monotonic `t0`): one series per lane, colours by setup, "loading engines"
-        shaded until the first lane starts."""
+        shaded until the first lane starts. A run of several prompts or repeats (a bench run file) has one series
+        per setup, its lanes one after another (they never overlap: a run goes prompt by prompt)."""
         lanes = []
+        pooled = len({spec.group for spec in plan.lanes}) > 1
+        self._series_of = {}
         for spec in plan.lanes:
             i = plan.setup_index(spec.lane_id) or 0
             machine = plan.machine_of(spec.lane_id)
-            lanes.append((spec.lane_id, f"{spec.setup} · {machine}" if machine else spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
+            key = f"setup {i + 1}" if pooled else spec.lane_id
+            self._series_of[spec.lane_id] = key
+            if not pooled or key not in {k for k, _, _ in lanes}:
+                lanes.append((key, f"{spec.setup} · {machine}" if machine else spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
         self.reset(lanes, time.monotonic() if t0 is None else t0)
         self.phases.append(Phase("loading engines", 0.0, self.time_plots, self._phase_color("loading engines")))
         self.running = True
@@ -418,15 +425,19 @@ class PlotPanel(QWidget):
 
     def add_step(self, ev: StepEvent, t_recv: float) -> None:
         """GUI thread: fold one step of a recorded lane in (warm-up lanes have no series)."""
-        ln = self.lanes.get(ev.lane_id)
+        ln = self.lanes.get(self._series_of.get(ev.lane_id, ev.lane_id))
         if ln is None or self.t0 is None:
             return
+        if ev.lane_id != ln.current:  # a setup's next lane (a run of several prompts): its clock goes on from the last
+            v = ln.ring.view()
+            ln.current, ln.clock_offset = ev.lane_id, float(v[-1, COL_LANE_S]) if len(v) else 0.0
+        ts = ln.clock_offset + ev.t_s
         a = ln.acc
         a.add(ev)
-        rate, alpha = self._rolling(ln, ev.t_s, a.new_tokens, a.accepted, a.drafted)
+        rate, alpha = self._rolling(ln, ts, a.new_tokens, a.accepted, a.drafted)
         if rate > ln.rate_max:
             ln.rate_max = rate
-        ln.ring.append((t_recv - self.t0, ev.t_s, a.new_tokens, a.accepted, a.drafted, rate, alpha))
+        ln.ring.append((t_recv - self.t0, ts, a.new_tokens, a.accepted, a.drafted, rate, alpha))
         ln.dirty = True
 
     def _rolling(self, ln: LaneSeries, ts: float, tok: int, acc: int, dr: int) -> tuple[float, float]:
@@ -628,11 +639,11 @@ class PlotPanel(QWidget):
         return self.glw.grab().save(str(path))
 
     def buffer_len(self, lane_id: str) -> int:
-        ln = self.lanes.get(lane_id)
+        ln = self.lanes.get(self._series_of.get(lane_id, lane_id))
         return len(ln.ring) if ln else 0
 
     def lane_data(self, lane_id: str) -> np.ndarray:
-        """A copy of a lane's plotted rows: (receive time since the start, lane clock, tokens, accepted, drafted,
-        tokens/s, rolling α) per step; empty for a lane without a series."""
-        ln = self.lanes.get(lane_id)
+        """A copy of a lane's plotted rows (a run of several prompts: its setup's series): (receive time since the
+        start, lane clock, tokens, accepted, drafted, tokens/s, rolling α) per step; empty for a lane without one."""
+        ln = self.lanes.get(self._series_of.get(lane_id, lane_id))
         return ln.ring.view().copy() if ln else np.empty((0, 7))

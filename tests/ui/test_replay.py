@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from app.ui.results import COLUMNS, run_winner
@@ -212,6 +213,11 @@ def test_a_run_of_several_prompts_shows_each_prompts_lanes_and_its_winner_over_a
     assert window.lane_by_id[m2].badge.text() == "✓ identical to baseline"
     box.setCurrentIndex(0)
     assert window.lane_by_id[l2].document_runs() == expected_runs(steps[l2])
+    # the plots: one series per setup, its lanes one after another (not a series per lane and prompt)
+    assert len(window.plots.lanes) == 2
+    d = window.plots.lane_data(m2)
+    assert len(d) == 4 and d[-1, 2] == 12 and (np.diff(d[:, 1]) > 0).all()  # 4 steps, 12 tokens, one clock end to end
+    assert np.isfinite(d[:, 5]).all() and (d[:, 5] > 0).all()  # tokens/s at every step, the second lane's first too
 
 
 def test_a_run_of_one_prompt_has_no_prompt_box_or_column(qtbot, window):
