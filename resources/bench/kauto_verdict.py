@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.commands.intervals import LEVEL, MIN_UNITS  # noqa: E402  (the bench's intervals: level, fewest prompts)
+from app.core.errors import SpecDeckError  # noqa: E402
 from app.core.report import draft_of  # noqa: E402  (a draft-model setup's draft, precision and target)
 from app.core.report_text import CPU_WAIT_WARN_LANE as MAX_WAIT  # noqa: E402  (a lane the bench names as having waited)
 
@@ -136,11 +137,18 @@ def main() -> int:
 
     docs, steps = [], {}  # steps: (run, prompt, setup, repeat) → the lane's StepEvents (run files only)
     for i, p in enumerate(args.reports):
-        if Path(p).suffix == ".specdeck":
-            doc, lanes = _run_file(p)
-            steps.update({(i, *key): st for key, st in lanes.items()})
-        else:
-            doc = json.loads(Path(p).read_text(encoding="utf-8"))
+        try:
+            if Path(p).suffix == ".specdeck":
+                doc, lanes = _run_file(p)
+                steps.update({(i, *key): st for key, st in lanes.items()})
+            else:
+                doc = json.loads(Path(p).read_text(encoding="utf-8"))
+        except SpecDeckError as e:  # a run file that cannot be read: its own message names the file and the fix
+            print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if getattr(e, "fix", None) else ""), file=sys.stderr)
+            return 2
+        except (OSError, ValueError) as e:  # one line naming the file, not a traceback
+            print(f"error: cannot read {p}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            return 2
         docs.append(doc)
     n_runs = len(docs)
     walls: dict[str, dict[tuple[int, str], float]] = defaultdict(dict)  # setup → (run, prompt) → wall

@@ -139,3 +139,14 @@ def test_a_best_fixed_lane_of_another_draft_precision_is_not_compared_token_by_t
     assert r.returncode == 0, r.stderr
     by = {p["prompt"]: p for p in json.loads(out.read_text())["prompts"]}
     assert by["c1"]["best_fixed"] == K8_INT8 and "draft_parting" not in by["c1"] and "On 0 of them" in r.stdout
+
+
+def test_a_report_that_cannot_be_read_is_one_error_naming_it(tmp_path):
+    """A missing report, a damaged one and a file that is not a run file: exit 2 with one line naming the file,
+    never a traceback."""
+    bad_json, bad_run = tmp_path / "r.json", tmp_path / "r.specdeck"
+    bad_json.write_text("{")
+    bad_run.write_text("not gzip")
+    for path, says in ((tmp_path / "missing.json", "No such file"), (bad_json, "cannot read"), (bad_run, "not a SpecDeck run file")):
+        r = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and str(path) in r.stderr and says in r.stderr, r.stderr
