@@ -17,7 +17,7 @@ from typing import Any
 from app.commands.intervals import against_fastest, speedup_intervals
 from app.commands.worker_run import Stuck, WorkerRun, stop_signals
 from app.core.errors import SetupError, WorkerDiedError
-from app.core.report import check_writable, draft_parting, write_json
+from app.core.report import check_writable, draft_of, draft_parting, write_json
 from app.core.report_text import cpu_wait_warnings, render_summary, stall_warnings
 
 __all__ = ["add_parser", "run", "plan_of", "prompts_of", "error_lines"]
@@ -148,7 +148,7 @@ class _Bench:
         plan, results, bar = self.plan, self.results, self.w.bar
         finished = [0]
         # greedy draft-model lanes' steps, for where lanes of one draft part (sampled lanes draw apart anyway)
-        drafting = {spec.lane_id for spec in plan.lanes if spec.setup.lstrip().lower().startswith("draft:")} if not plan.sampling.temperature else set()
+        drafting = {spec.lane_id for spec in plan.lanes if draft_of(spec.setup) is not None} if not plan.sampling.temperature else set()
 
         def on_event(ev) -> None:
             results.on_event(ev)

@@ -320,9 +320,9 @@ class PlotPanel(QWidget):
             i = plan.setup_index(spec.lane_id) or 0
             machine = plan.machine_of(spec.lane_id)
             key = f"setup {i + 1}" if pooled else spec.lane_id
-            self._series_of[spec.lane_id] = key
-            if not pooled or key not in {k for k, _, _ in lanes}:
+            if key not in self._series_of.values():  # a setup's later lanes join its series
                 lanes.append((key, f"{spec.setup} · {machine}" if machine else spec.setup, LANE_COLORS[i % len(LANE_COLORS)]))
+            self._series_of[spec.lane_id] = key
         self.reset(lanes, time.monotonic() if t0 is None else t0)
         self.phases.append(Phase("loading engines", 0.0, self.time_plots, self._phase_color("loading engines")))
         self.running = True

@@ -415,7 +415,7 @@ class ResultsPanel(QWidget):
         """The summary of a run of several prompts or repeats: the lane fastest over all of them, then the others."""
         best = _best(self.totals)
         assert best is not None
-        n = len({(r.stats.prompt_id, r.stats.repeat) for r in self.rows})
+        n = _groups([r.stats for r in self.rows])
         over = f"over {n} prompts" if len({r.stats.prompt_id for r in self.rows}) == n else f"over {n} prompts and repeats"
 
         def name(t: LaneTotal) -> str:
