@@ -75,6 +75,14 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     steps = [ev for _, ev in rec.events if isinstance(ev, StepEvent) and not ev.lane_id.startswith("warm")]
     assert len(done) == 15 and sum(len(s.emitted_ids) for s in steps) == sum(x["new_tokens"] for x in doc["runs"])
     assert [t for t, _ in rec.events] == sorted(t for t, _ in rec.events) and rec.duration_s >= rec.events[-1][0]
+    # …with the worker's CPU and memory sampled while it ran, as the window records its own runs (its CPU/memory plot)
+    from app.telemetry.samples import TelemetrySample
+
+    samples = [TelemetrySample.from_json({**s, "t_mono": t}) for t, s in rec.telemetry]
+    workers = [p for s in samples for p in s.host.procs if p.role == "worker"]
+    assert len(samples) >= 2 and all(-1.0 <= t <= rec.duration_s + 1.0 for t, _ in rec.telemetry)
+    assert len({p.pid for p in workers}) == 1 and any(p.rss_mib > 50 for p in workers)  # one worker, its models loaded
+    assert any(p.cpu_pct > 0 for p in workers)
 
 
 def test_bench_says_how_sure_its_speedups_are(tiny_pair, tmp_path):

@@ -109,6 +109,7 @@ class _Bench:
         self.plan = plan
         self.recorder = RunRecorder(plan) if record else None  # every event the window would have shown, timed
         self.w = WorkerRun(quiet, tap=self.recorder.worker_event if self.recorder is not None else None)
+        self.sampler = _recording_sampler(self.w, plan) if record else None  # the run file's CPU, memory and GPU plots
         self.results = RunResults(plan)
         self.failed_setups: set[int] = set()
         self.steps: dict[str, list] = {}  # a draft-model lane's steps, by lane id (where lanes of one draft part)
@@ -195,7 +196,38 @@ def run(args) -> int:
                 failure, rc, stuck = f"{e.message}; it was stopped (kill -STOP?) or is hung. Stopped it.", 2, True
     finally:
         b.w.close(kill=stuck)
+        if b.sampler is not None:
+            b.sampler.close()  # keeps its samples for the run file
     return _report(args, b, failure, rc)
+
+
+#: telemetry samples a second while `bench --record` runs: the window's rate on few cores, enough for its plots, and
+#: (a psutil read of the worker and the host, NVML where there are GPUs) no measurable share of the lanes' CPU
+RECORD_TELEMETRY_HZ = 2.0
+
+
+def _recording_sampler(w: WorkerRun, plan):
+    """A started sampler of the worker's CPU and memory, the host's CPU and any GPUs (NVML here, the DCGM exporters of
+    served lanes' manifests) for the run file, as the window records its own runs; None where telemetry cannot start
+    (the run file then has no samples: nothing else changes)."""
+    try:
+        from app.engines.registry import gpu_metrics_sources
+        from app.telemetry.sampler import TelemetrySampler
+
+        def pids() -> dict[str, int]:
+            pid = getattr(w.client, "pid", None)  # None until the worker starts
+            return {"worker": pid} if pid else {}
+
+        sampler = TelemetrySampler(rate_hz=RECORD_TELEMETRY_HZ, pids=pids)
+        try:
+            sampler.set_remote_gpus(gpu_metrics_sources(plan.target, plan.setups))
+        except Exception:  # an engine that does not resolve: the run reports it; its server's GPUs are not plotted
+            pass
+        sampler.start()
+        return sampler
+    except Exception as e:
+        print(f"warning: the run file will have no telemetry ({e})", file=sys.stderr)
+        return None
 
 
 def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
@@ -242,7 +274,7 @@ def _save_record(b: _Bench, doc: dict, path: str, stopped: bool) -> int:
     assert b.recorder is not None
     dev = getattr(b.w.ready, "device_info", "") or ""
     b.recorder.machine = machine_info(b.label, gpus=(dev.removeprefix("cuda: "),) if dev.startswith("cuda: ") else ())
-    b.recorder.finish(doc, (), stopped=stopped)
+    b.recorder.finish(doc, b.sampler.samples() if b.sampler is not None else (), stopped=stopped)
     record = b.recorder.record()
     try:
         save(record, path)
