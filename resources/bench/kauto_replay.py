@@ -101,7 +101,8 @@ def main() -> int:
             print("the target has no cost profile: k=auto cannot be replayed (`python -m app profile` measures it)", file=sys.stderr)
             return 1
         docs.append(doc)
-    tail = f",dtype={args.dtype}" if args.dtype else ""
+    # the finder names a float32 draft's lanes without a dtype (its default precision)
+    tail = f",dtype={args.dtype}" if args.dtype and args.dtype != "float32" else ""
     memory = None  # what --saved starts from: {path, answers, saved} of the pair's saved memory, as `profile` shows it
     if args.saved:
         from app.speculative.policy import saved_summary
