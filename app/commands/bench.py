@@ -201,8 +201,8 @@ def run(args) -> int:
     return _report(args, b, failure, rc)
 
 
-#: telemetry samples a second while `bench --record` runs: the window's rate on few cores, enough for its plots, and
-#: (a psutil read of the worker and the host, NVML where there are GPUs) no measurable share of the lanes' CPU
+#: telemetry samples a second while `bench --record` runs: the window's rate on few cores (app.ui.load), where each
+#: read (psutil for the worker and the host, NVML where there are GPUs) comes out of the lanes' cores
 RECORD_TELEMETRY_HZ = 2.0
 
 
