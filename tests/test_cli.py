@@ -56,6 +56,10 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     assert doc["mode"] == "interleaved" and doc["prompts"] == 3 and len(doc["runs"]) == 15
     assert doc["categories"] == {"code-1": "coding", "edit-1": "editing", "qa-1": "qa"}
     assert all(x["identical_to_baseline"] for x in doc["runs"])  # ours (int8 draft) and HF's reference lanes, greedy fp32
+    # transformers' lanes: their steps read from the models' forwards (app.runners.hf_library), not tokens only
+    lib = [x for x in doc["runs"] if x["setup"].startswith("hf-")]
+    assert len(lib) == 6 and not any("tokens only" in n for x in lib for n in x["notes"])
+    assert all(x["drafted"] > 0 and x["acceptance_rate"] is not None for x in lib if x["setup"].startswith("hf-assisted"))
     assert doc["speedup_intervals"] == {} and doc["against_fastest"] == [] and "interval" not in r.stdout  # 3 prompts: too few
     # the table lists the baseline first, then the setups as asked (not in the order interleaved lanes finished)
     assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3",

@@ -78,7 +78,7 @@ class LaneStats:
     identical_to_baseline: bool | None = None
     first_divergence: int | None = None
     speedup: float | None = None
-    library: bool = False  # a library lane (tokens only: its drafting is not reported)
+    library: bool = False  # a library lane (its own loop: no theory; its drafting reported where it could be read)
     step0_drafted: int = 0
     stall_s: float = 0.0
     counts_source: CountsSource = "steps"

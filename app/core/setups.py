@@ -232,7 +232,9 @@ class SetupKind:
         title: the GUI's name of the method ("draft model").
         summary: one line for the grammar and the README.
         build: `build(setup, env) -> LaneRunner`, called in the worker (imports torch/engines lazily).
-        library: a library lane: it reports tokens only (a library's own implementation), no per-step drafting.
+        library: a library lane: a library's own implementation in its own loop, which SpecDeck times but does not
+            drive (no theory column; its steps are read where the runner can: transformers' lanes from the models'
+            forwards, llama-cpp-python's lookup reports tokens only).
     """
 
     def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], library: bool = False) -> None:

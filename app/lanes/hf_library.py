@@ -11,7 +11,7 @@ __all__ = ["HFAssisted", "HFLookup", "ASSISTED", "LOOKUP"]
 
 @dataclass(frozen=True)
 class HFAssisted(SetupBase):
-    """Reference lane: transformers' `generate(assistant_model=...)`; tokens only."""
+    """Reference lane: transformers' `generate(assistant_model=...)`; its steps read from the models' forwards."""
 
     prefix = "hf-assisted"
 
@@ -23,7 +23,7 @@ class HFAssisted(SetupBase):
 
 @dataclass(frozen=True)
 class HFLookup(SetupBase):
-    """Reference lane: transformers' `generate(prompt_lookup_num_tokens=k)`; tokens only."""
+    """Reference lane: transformers' `generate(prompt_lookup_num_tokens=k)`; its steps read from the target's forwards."""
 
     prefix = "hf-lookup"
 
@@ -42,5 +42,5 @@ def _build_lookup(setup: HFLookup, env):
     return LibraryRunner(env.target(), k=setup.k, lookup=True)
 
 
-ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "library lane: transformers' assisted generation (tokens only)", _build_assisted, library=True))
-LOOKUP = register(SetupKind(HFLookup, "hf-lookup", "library lane: transformers' prompt lookup decoding (tokens only)", _build_lookup, library=True))
+ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "library lane: transformers' assisted generation (steps read from its forwards)", _build_assisted, library=True))
+LOOKUP = register(SetupKind(HFLookup, "hf-lookup", "library lane: transformers' prompt lookup decoding (steps read from its forwards)", _build_lookup, library=True))

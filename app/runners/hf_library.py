@@ -1,9 +1,13 @@
 """Reference lanes: transformers' own speculative implementations, timed like ours.
 
 `hf-assisted:<engine>[,k=N]` runs `model.generate(assistant_model=...)`; `hf-lookup[:k=N]` runs
-`model.generate(prompt_lookup_num_tokens=N)`. transformers exposes no per-step accept/reject, so these lanes
-yield tokens only: one step (kind "library") per chunk its streamer receives (one per target step),
-with drafted/accepted unknown (reported as 0); the shared LaneRecorder builds events and stats.
+`model.generate(prompt_lookup_num_tokens=N)`. transformers' API reports no per-step accept/reject, so the lane reads
+its steps from the models themselves: forward hooks on the target and the assistant time every forward, and each
+target forward's input is a verify — the last token, then the candidates (on the first, the prompt, then the
+candidates) — followed by one chunk to the streamer, the kept candidates and the target's token. One step per target
+forward: its candidates, how many the chunk kept, its draft forwards and their time, its verify time. Where the
+forwards and chunks do not line up so (another transformers), the lane falls back to tokens only: one step (kind
+"library") per chunk, drafting unknown, and says so in its notes. The shared LaneRecorder builds events and stats.
 """
 
 from __future__ import annotations
@@ -38,6 +42,70 @@ class _Recorder:
 
     def end(self) -> None:
         pass
+
+
+class _Forwards:
+    """Forward hooks on transformers' models inside `generate`: every forward's role ("verify": the target,
+    "draft": the assistant), start and end on the lane's clock, and a verify's input ids."""
+
+    def __init__(self, clock, sync) -> None:
+        self.clock, self.sync = clock, sync
+        self.calls: list[list] = []  # [role, t0, t1 (None while running), the verify's input ids]
+        self._handles: list = []
+
+    def watch(self, model, role: str) -> None:
+        open_: list[int] = []
+
+        def pre(module, args, kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            open_.append(len(self.calls))
+            self.calls.append([role, self.clock(), None, ids[0].tolist() if role == "verify" and ids is not None else None])
+
+        def post(module, args, output):
+            self.sync()  # a GPU forward's time, not its launch
+            if open_:
+                self.calls[open_.pop()][2] = self.clock()
+
+        self._handles += [model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post)]
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+
+def _steps(calls: list[list], chunks: list[tuple[float, list[int]]], prompt: list[int], t0: float) -> list[StepFacts] | None:
+    """One StepFacts per target forward, from the hooks' `calls` and the streamer's `chunks` — or None where they do
+    not line up as transformers' assisted and prompt-lookup decoding run (one chunk per verify; a verify's input the
+    prompt or the previous chunk's last token, then the candidates)."""
+    verifies = [c for c in calls if c[0] == "verify"]
+    if not chunks or len(verifies) != len(chunks) or any(c[2] is None or (c[0] == "verify" and c[3] is None) for c in calls):
+        return None
+    out: list[StepFacts] = []
+    draft_s, forwards, prev_t, prev_last = 0.0, 0, t0, None
+    j = 0
+    for role, start, end, ids in calls:
+        if role == "draft":
+            draft_s += end - start
+            forwards += 1
+            continue
+        t_chunk, emitted = chunks[j]
+        if j == 0:
+            if ids[: len(prompt)] != prompt:
+                return None
+            cand = ids[len(prompt):]
+        else:
+            if not ids or ids[0] != prev_last:
+                return None
+            cand = ids[1:]
+        a = 0
+        while a < min(len(cand), len(emitted)) and cand[a] == emitted[a]:
+            a += 1
+        out.append(StepFacts(emitted, accepted=a, drafted_ids=cand, has_target=a < len(emitted), t_draft_s=draft_s,
+                             t_verify_s=end - start, t_wall_s=t_chunk - prev_t, draft_forwards=forwards))
+        draft_s, forwards, prev_t, prev_last = 0.0, 0, t_chunk, emitted[-1] if emitted else prev_last
+        j += 1
+    return out
 
 
 class LibraryRunner:
@@ -91,6 +159,10 @@ class LibraryRunner:
         recorder = _Recorder(clock)
         kw["streamer"] = recorder
         sync = target.sync
+        probe = _Forwards(clock, sync)
+        probe.watch(model, "verify")
+        if self.assistant is not None:
+            probe.watch(self.assistant.model, "draft")
         # transformers reads the assistant's settings from the assistant model's generation_config (and its
         # candidate generator may update num_assistant_tokens in place): set ours for this call only and put the
         # model's own back afterwards, so the next lane on the same draft engine sees transformers' defaults.
@@ -107,13 +179,18 @@ class LibraryRunner:
             t_end = clock()
             rec.note_stall(t_end - t0, time.process_time() - c0)
         finally:
+            probe.close()
             for key, value in saved.items():
                 setattr(gc, key, value)
-        prev = t0
-        for t, ids in recorder.chunks:
-            # transformers exposes no per-step accept/reject: each chunk is one target step, tokens only
-            yield rec.step(StepFacts(ids, accepted=0, kind="library", t_wall_s=t - prev))
-            prev = t
+        facts = _steps(probe.calls, recorder.chunks, list(prompt_ids), t0)
+        if facts is None:  # tokens only: each chunk is one target step, its drafting unknown
+            rec.note("transformers' steps could not be read from its forwards: tokens only (drafting unknown)")
+            facts, prev = [], t0
+            for t, ids in recorder.chunks:
+                facts.append(StepFacts(ids, accepted=0, kind="library", t_wall_s=t - prev))
+                prev = t
+        for f in facts:
+            yield rec.step(f)
             if rec.done:
                 break
         wall = t_end - t0

@@ -242,7 +242,9 @@ def test_smollm2_setups_match_the_baseline():
 
 def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tiny):
     """transformers' assisted generation through our reference lane: same tokens as our baseline, and a k=N lane
-    does not leak its k into the next lane that uses the same draft engine (it once did)."""
+    does not leak its k into the next lane that uses the same draft engine (it once did). Its steps are read from the
+    models' forwards: each step's candidates, how many were kept, its draft forwards and their time, its verify —
+    the same invariants as our own lanes' steps, at most k candidates a step for `k=3` (a constant schedule)."""
     from app.core.accounting import LaneRecorder, drive
     from app.core.setups import kind_of, parse_setup
 
@@ -267,6 +269,40 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
         st = evs[-1].stats
         assert st.library and st.output_ids == base.output_ids, text
         assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == before, text
+        steps = [e for e in evs if isinstance(e, StepEvent)]
+        check_invariants(steps, st, s.max_new_tokens)
+        assert not st.notes, st.notes  # read from the forwards, not the tokens-only fallback
+        assert st.drafted == sum(len(e.drafted_ids) for e in steps) > 0 and 0 < st.accepted < st.drafted  # the tiny draft: some kept
+        assert st.draft_forwards > 0 and st.t_draft_s > 0 and st.t_verify_s > 0
+        assert all(e.t_draft_s > 0 and e.t_verify_s > 0 for e in steps[1:] if e.drafted_ids)
+        if text.endswith("k=3"):
+            assert max(len(e.drafted_ids) for e in steps) <= 3
+
+
+def test_transformers_steps_are_read_from_its_forwards_or_not_at_all():
+    """app.runners.hf_library._steps on literal hook records (as traced from transformers 5.23's assisted generation
+    on the Qwen pair): a verify's input is the prompt or the last emitted token, then the candidates; the chunk after
+    it keeps a prefix of them and adds the target's token. Where the records do not line up so, None (the lane then
+    reports tokens only)."""
+    from app.runners.hf_library import _steps
+
+    prompt = [1, 2, 3]
+    calls = [["draft", 0.0, 0.1, None], ["draft", 0.1, 0.15, None], ["verify", 0.15, 0.5, [1, 2, 3, 7, 8]],
+             ["draft", 0.6, 0.65, None], ["draft", 0.65, 0.7, None], ["draft", 0.7, 0.75, None], ["verify", 0.75, 0.9, [9, 4, 5, 6]]]
+    chunks = [(0.55, [7, 8, 9]), (1.0, [4, 6])]  # all of step 0's kept, then one of three and a correction
+    f0, f1 = _steps(calls, chunks, prompt, 0.0)
+    assert (list(f0.drafted_ids), f0.accepted, f0.has_target, f0.draft_forwards) == ([7, 8], 2, True, 2)
+    assert f0.t_draft_s == pytest.approx(0.15) and f0.t_verify_s == pytest.approx(0.35) and f0.t_wall_s == pytest.approx(0.55)
+    assert (list(f1.drafted_ids), f1.accepted, f1.draft_forwards) == ([4, 5, 6], 1, 3)
+    assert f1.t_draft_s == pytest.approx(0.15) and f1.t_verify_s == pytest.approx(0.15) and f1.t_wall_s == pytest.approx(0.45)
+    # a last chunk cut at the token limit inside the kept drafts: no target token
+    (g,) = _steps(calls[:3], [(0.55, [7])], prompt, 0.0)
+    assert g.accepted == 1 and not g.has_target
+    assert _steps(calls, chunks[:1], prompt, 0.0) is None  # a verify without its chunk
+    assert _steps(calls, [chunks[0], (1.0, [9, 4])], [1, 2, 5], 0.0) is None  # the first verify is not the prompt
+    bad = [*calls[:6], ["verify", 0.75, 0.9, [4, 4, 5, 6]]]  # the second verify does not start at the last token
+    assert _steps(bad, chunks, prompt, 0.0) is None
+    assert _steps([*calls[:6], ["verify", 0.75, None, [9, 4, 5, 6]]], chunks, prompt, 0.0) is None  # a forward that never ended
 
 
 def _curve(v, t1=0.01):

@@ -191,7 +191,7 @@ def test_counts_only_steps_keep_their_kinds():
 
 
 def test_a_library_step_shows_its_whole_chunk(qtbot):
-    """A library lane (hf-assisted, a server: tokens only, drafting unknown) reports a chunk of tokens per step, its
+    """A tokens-only lane (a server, llama-cpp-python's lookup: drafting unknown) reports a chunk of tokens per step, its
     last standing for the target token: every token of the chunk is drawn, plain, in order (before, only the
     chunk's first token was: a 48-token hf-assisted lane read "```python the =")."""
     from app.core.events import StepEvent
