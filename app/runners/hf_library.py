@@ -22,7 +22,7 @@ from app.core.errors import SpecDeckError
 from app.core.events import StepEvent
 from app.core.setups import Sampling
 
-__all__ = ["LibraryRunner"]
+__all__ = ["LibraryRunner", "steps_from_forwards"]
 
 
 class _Recorder:
@@ -74,7 +74,7 @@ class _Forwards:
         self._handles.clear()
 
 
-def _steps(calls: list[list], chunks: list[tuple[float, list[int]]], prompt: list[int], t0: float) -> list[StepFacts] | None:
+def steps_from_forwards(calls: list[list], chunks: list[tuple[float, list[int]]], prompt: list[int], t0: float) -> list[StepFacts] | None:
     """One StepFacts per target forward, from the hooks' `calls` and the streamer's `chunks` — or None where they do
     not line up as transformers' assisted and prompt-lookup decoding run (one chunk per verify; a verify's input the
     prompt or the previous chunk's last token, then the candidates)."""
@@ -182,7 +182,7 @@ class LibraryRunner:
             probe.close()
             for key, value in saved.items():
                 setattr(gc, key, value)
-        facts = _steps(probe.calls, recorder.chunks, list(prompt_ids), t0)
+        facts = steps_from_forwards(probe.calls, recorder.chunks, list(prompt_ids), t0)
         if facts is None:  # tokens only: each chunk is one target step, its drafting unknown
             rec.note("transformers' steps could not be read from its forwards: tokens only (drafting unknown)")
             facts, prev = [], t0

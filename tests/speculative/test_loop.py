@@ -280,29 +280,29 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
 
 
 def test_transformers_steps_are_read_from_its_forwards_or_not_at_all():
-    """app.runners.hf_library._steps on literal hook records (as traced from transformers 5.23's assisted generation
-    on the Qwen pair): a verify's input is the prompt or the last emitted token, then the candidates; the chunk after
-    it keeps a prefix of them and adds the target's token. Where the records do not line up so, None (the lane then
-    reports tokens only)."""
-    from app.runners.hf_library import _steps
+    """app.runners.hf_library.steps_from_forwards on literal hook records (as traced from transformers 5.23's
+    assisted generation on the Qwen pair): a verify's input is the prompt or the last emitted token, then the
+    candidates; the chunk after it keeps a prefix of them and adds the target's token. Where the records do not line
+    up so, None (the lane then reports tokens only)."""
+    from app.runners.hf_library import steps_from_forwards
 
     prompt = [1, 2, 3]
     calls = [["draft", 0.0, 0.1, None], ["draft", 0.1, 0.15, None], ["verify", 0.15, 0.5, [1, 2, 3, 7, 8]],
              ["draft", 0.6, 0.65, None], ["draft", 0.65, 0.7, None], ["draft", 0.7, 0.75, None], ["verify", 0.75, 0.9, [9, 4, 5, 6]]]
     chunks = [(0.55, [7, 8, 9]), (1.0, [4, 6])]  # all of step 0's kept, then one of three and a correction
-    f0, f1 = _steps(calls, chunks, prompt, 0.0)
+    f0, f1 = steps_from_forwards(calls, chunks, prompt, 0.0)
     assert (list(f0.drafted_ids), f0.accepted, f0.has_target, f0.draft_forwards) == ([7, 8], 2, True, 2)
     assert f0.t_draft_s == pytest.approx(0.15) and f0.t_verify_s == pytest.approx(0.35) and f0.t_wall_s == pytest.approx(0.55)
     assert (list(f1.drafted_ids), f1.accepted, f1.draft_forwards) == ([4, 5, 6], 1, 3)
     assert f1.t_draft_s == pytest.approx(0.15) and f1.t_verify_s == pytest.approx(0.15) and f1.t_wall_s == pytest.approx(0.45)
     # a last chunk cut at the token limit inside the kept drafts: no target token
-    (g,) = _steps(calls[:3], [(0.55, [7])], prompt, 0.0)
+    (g,) = steps_from_forwards(calls[:3], [(0.55, [7])], prompt, 0.0)
     assert g.accepted == 1 and not g.has_target
-    assert _steps(calls, chunks[:1], prompt, 0.0) is None  # a verify without its chunk
-    assert _steps(calls, [chunks[0], (1.0, [9, 4])], [1, 2, 5], 0.0) is None  # the first verify is not the prompt
+    assert steps_from_forwards(calls, chunks[:1], prompt, 0.0) is None  # a verify without its chunk
+    assert steps_from_forwards(calls, [chunks[0], (1.0, [9, 4])], [1, 2, 5], 0.0) is None  # the first verify is not the prompt
     bad = [*calls[:6], ["verify", 0.75, 0.9, [4, 4, 5, 6]]]  # the second verify does not start at the last token
-    assert _steps(bad, chunks, prompt, 0.0) is None
-    assert _steps([*calls[:6], ["verify", 0.75, None, [9, 4, 5, 6]]], chunks, prompt, 0.0) is None  # a forward that never ended
+    assert steps_from_forwards(bad, chunks, prompt, 0.0) is None
+    assert steps_from_forwards([*calls[:6], ["verify", 0.75, None, [9, 4, 5, 6]]], chunks, prompt, 0.0) is None  # a forward that never ended
 
 
 def _curve(v, t1=0.01):
