@@ -211,23 +211,21 @@ def _recording_sampler(w: WorkerRun, plan):
     served lanes' manifests) for the run file, as the window records its own runs; None where telemetry cannot start
     (the run file then has no samples: nothing else changes)."""
     try:
-        from app.engines.registry import gpu_metrics_sources
         from app.telemetry.sampler import TelemetrySampler
+        from app.ui.load import prepare_sampler  # Qt-free: the window's own start of a run's telemetry
 
         def pids() -> dict[str, int]:
             pid = getattr(w.client, "pid", None)  # None until the worker starts
             return {"worker": pid} if pid else {}
 
         sampler = TelemetrySampler(rate_hz=RECORD_TELEMETRY_HZ, pids=pids)
-        try:
-            sampler.set_remote_gpus(gpu_metrics_sources(plan.target, plan.setups))
-        except Exception:  # an engine that does not resolve: the run reports it; its server's GPUs are not plotted
-            pass
         sampler.start()
-        return sampler
     except Exception as e:
         print(f"warning: the run file will have no telemetry ({e})", file=sys.stderr)
         return None
+    if warning := prepare_sampler(sampler, plan.target, plan.setups):  # served lanes' GPUs (DCGM); never raises
+        print(f"warning: {warning}", file=sys.stderr)
+    return sampler
 
 
 def _report(args, b: _Bench, failure: str | None, rc: int) -> int:
