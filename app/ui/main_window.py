@@ -45,7 +45,7 @@ from app.ui.plots import PlotPanel
 from app.ui.priority import gui_priority
 from app.ui.results import ResultsPanel
 from app.ui.run_controller import REPLAY_SPEEDS, RunController
-from app.ui.session import PRESETS, Session, default_preset_name
+from app.ui.session import PRESETS, Session, UnusableSession, default_preset_name
 from app.ui.setup_dock import MAX_LANES, WARMUP_TOKENS, SetupPanel
 from app.ui.setup_editor import engine_name, fill_engine_combo
 from app.ui.status_bar import RunStatusBar
@@ -733,7 +733,7 @@ class MainWindow(QMainWindow):
             self.apply_session(Session(target=p.target, setups=p.setups, prompt=p.prompts[0].prompt, prompt_id=p.prompts[0].id,
                                        chat=p.chat, mode=p.mode, sampling=p.sampling))
         except SpecDeckError as e:  # a setup this window cannot edit: the run is still shown, and the panel says whose it is
-            why = e.message.removeprefix("not a usable SpecDeck session: ")
+            why = e.reason if isinstance(e, UnusableSession) else e.message
             self._record_setup_note = f"the setup panel keeps your own lanes, not this run's ({why})"
         self._set_title()
         return self.replay(speed)

@@ -16,6 +16,7 @@ from app.worker.messages import MODES  # app.worker.messages.Mode: app.worker.sc
 
 __all__ = [
     "Session",
+    "UnusableSession",
     "PRESETS",
     "QWEN_PRESET",
     "QWEN_TORCH_PRESET",
@@ -68,6 +69,14 @@ _CODE_PROMPT = (
     "Complete this Python function that checks whether a string is a palindrome, ignoring case and "
     "non-alphanumeric characters:\n\ndef is_palindrome(s: str) -> bool:\n"
 )
+
+
+class UnusableSession(SpecDeckError):
+    """A session the window cannot take (:meth:`Session.validated`); `reason` is what is wrong, without the heading."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"not a usable SpecDeck session: {reason}", fix="open a file saved with “Save session…”")
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,7 @@ class Session:
             except SpecDeckError as e:
                 raise ValueError(f"sampling: {e.message}") from None
         except ValueError as e:
-            raise SpecDeckError(f"not a usable SpecDeck session: {e}", fix="open a file saved with “Save session…”") from None
+            raise UnusableSession(str(e)) from None
         return self
 
     @classmethod
