@@ -224,6 +224,7 @@ class Phase:
     plan: Any
     results: Any
     steps: dict[str, list] = field(default_factory=dict)  # lane id → its StepEvents
+    prompt_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)  # lane id → the ids its target saw (LaneStarted)
     prompts_done: list[str] = field(default_factory=list)
     #: prompt id → how many rounds ran it (the confirmation's repeats: CONFIRM_RUNS)
     runs: dict[str, int] = field(default_factory=dict)
@@ -287,7 +288,7 @@ class Finder:
         while the budget allows: a prompt starts only if the mean prompt so far fits before `until_s` (the first always
         runs). `after_prompt()` runs after each prompt; lanes of the setups in `phase.dropped` are left out from then
         on."""
-        from app.core.events import StepEvent
+        from app.core.events import LaneStarted, StepEvent
 
         plan, results = phase.plan, phase.results
 
@@ -295,6 +296,8 @@ class Finder:
             results.on_event(ev)
             if isinstance(ev, StepEvent) and not plan.is_warmup(ev.lane_id):
                 phase.steps.setdefault(ev.lane_id, []).append(ev)
+            elif isinstance(ev, LaneStarted) and not plan.is_warmup(ev.lane_id):
+                phase.prompt_ids[ev.lane_id] = ev.prompt_ids
 
         warm = plan.warmup_command()
         if warm is not None:
@@ -377,6 +380,7 @@ class Finder:
     def records(self) -> list:
         """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
         from app.core.tuning import CAL_CSTOP, CAL_K, DYN_BRANCH, DYN_DEPTH, CalStep, LaneCal, PromptCal
+        from app.speculative.policy import PromptCopy
 
         assert self.calibration is not None
         ph = self.calibration
@@ -397,6 +401,8 @@ class Finder:
                 if st is None or st.decode_steps <= 0:
                     continue
                 steps, step0 = [], None
+                copy_of = PromptCopy(ph.prompt_ids[lid]) if model and lid in ph.prompt_ids else None
+                seq = list(ph.prompt_ids.get(lid, ()))  # the sequence so far (prompt, then what each step emitted)
                 for ev in ph.steps.get(lid, []):
                     if is_head(d) or is_dynamic(d):  # every tree at once: the nodes' masks, probabilities and the accepted path
                         t = ev.tree
@@ -409,7 +415,11 @@ class Finder:
                         q = tuple(ev.draft_probs or ()) if model else ()
                         n = len(ev.drafted_ids)
                         open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
-                        cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None)
+                        d_ids = ev.drafted_ids
+                        copies = tuple(copy_of(seq, d_ids[:j], tok) for j, tok in enumerate(d_ids)) if copy_of is not None else ()
+                        cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None,
+                                     copy=copies)
+                    seq.extend(ev.emitted_ids)
                     if ev.step == 0:
                         step0 = cs if n else None
                     else:
