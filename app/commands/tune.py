@@ -380,7 +380,7 @@ class Finder:
     def records(self) -> list:
         """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
         from app.core.tuning import CAL_CSTOP, CAL_K, DYN_BRANCH, DYN_DEPTH, CalStep, LaneCal, PromptCal
-        from app.speculative.policy import PromptCopy
+        from app.speculative.policy import step_copies
 
         assert self.calibration is not None
         ph = self.calibration
@@ -401,9 +401,11 @@ class Finder:
                 if st is None or st.decode_steps <= 0:
                     continue
                 steps, step0 = [], None
-                copy_of = PromptCopy(ph.prompt_ids[lid]) if model and lid in ph.prompt_ids else None
-                seq = list(ph.prompt_ids.get(lid, ()))  # the sequence so far (prompt, then what each step emitted)
-                for ev in ph.steps.get(lid, []):
+                events = ph.steps.get(lid, [])
+                # a chain's drafts that copy the prompt (k=auto prices them apart); unknown without the lane's prompt
+                copied = (step_copies(ph.prompt_ids[lid], [(ev.drafted_ids, ev.emitted_ids) for ev in events])
+                          if model and lid in ph.prompt_ids else [()] * len(events))
+                for ev, copies in zip(events, copied, strict=True):
                     if is_head(d) or is_dynamic(d):  # every tree at once: the nodes' masks, probabilities and the accepted path
                         t = ev.tree
                         # step 0's draft forwards (a dynamic calibration's: the root's, then each width's levels below it)
@@ -415,11 +417,8 @@ class Finder:
                         q = tuple(ev.draft_probs or ()) if model else ()
                         n = len(ev.drafted_ids)
                         open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
-                        d_ids = ev.drafted_ids
-                        copies = tuple(copy_of(seq, d_ids[:j], tok) for j, tok in enumerate(d_ids)) if copy_of is not None else ()
                         cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None,
                                      copy=copies)
-                    seq.extend(ev.emitted_ids)
                     if ev.step == 0:
                         step0 = cs if n else None
                     else:

@@ -61,7 +61,7 @@ import math
 import os
 import time
 from contextlib import contextmanager
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -73,7 +73,7 @@ from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
 __all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "COPY_N", "COPY_SHIFT_VAR", "COPY_BANDS", "StepTiming", "AutoK",
-           "Calibration", "Acceptance", "PromptCopy", "shifted", "STARTS", "recall", "remember", "forget", "SAVED_CAP", "saved_dir",
+           "Calibration", "Acceptance", "PromptCopy", "step_copies", "shifted", "STARTS", "recall", "remember", "forget", "SAVED_CAP", "saved_dir",
            "save_learnt", "load_learnt", "saved_summary", "memory_text", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -168,6 +168,16 @@ class PromptCopy:
         if len(tail) < self.n:
             tail = list(ids[max(0, len(ids) - (self.n - len(tail))):]) + tail
         return len(tail) == self.n and (*tail, tok) in self.grams
+
+
+def step_copies(prompt_ids: Sequence[int], steps: Iterable[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[bool, ...]]:
+    """Which drafts of a lane's steps copy the prompt (:class:`PromptCopy`), from its prompt and each step's (drafted
+    ids, emitted ids) in order: what a setup finder's calibration records (app.core.tuning.CalStep.copy)."""
+    copy_of, seq, out = PromptCopy(prompt_ids), list(prompt_ids), []
+    for drafted, emitted in steps:
+        out.append(tuple(copy_of(seq, drafted[:j], tok) for j, tok in enumerate(drafted)))
+        seq.extend(emitted)
+    return out
 
 
 class Calibration:
