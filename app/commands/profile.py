@@ -103,6 +103,6 @@ def _memory_line(m: dict) -> str:
     s = m["saved"]
     if s is None:
         return "k=auto memory: nothing saved for this pair yet (a k=auto lane saves what it learnt when it ends)"
-    from app.speculative.policy import memory_text
-
-    return f"k=auto memory: learnt over {s['answers']} answer(s), saved {s['saved']} ({s['path']}); {memory_text(s)}; --forget-kauto deletes it"
+    kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
+    return (f"k=auto memory: learnt over {s['answers']} answer(s), saved {s['saved']} ({s['path']}); drafts kept by "
+            f"confidence: {kept}; --forget-kauto deletes it")

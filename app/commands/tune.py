@@ -224,7 +224,6 @@ class Phase:
     plan: Any
     results: Any
     steps: dict[str, list] = field(default_factory=dict)  # lane id → its StepEvents
-    prompt_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)  # lane id → the ids its target saw (LaneStarted)
     prompts_done: list[str] = field(default_factory=list)
     #: prompt id → how many rounds ran it (the confirmation's repeats: CONFIRM_RUNS)
     runs: dict[str, int] = field(default_factory=dict)
@@ -288,7 +287,7 @@ class Finder:
         while the budget allows: a prompt starts only if the mean prompt so far fits before `until_s` (the first always
         runs). `after_prompt()` runs after each prompt; lanes of the setups in `phase.dropped` are left out from then
         on."""
-        from app.core.events import LaneStarted, StepEvent
+        from app.core.events import StepEvent
 
         plan, results = phase.plan, phase.results
 
@@ -296,8 +295,6 @@ class Finder:
             results.on_event(ev)
             if isinstance(ev, StepEvent) and not plan.is_warmup(ev.lane_id):
                 phase.steps.setdefault(ev.lane_id, []).append(ev)
-            elif isinstance(ev, LaneStarted) and not plan.is_warmup(ev.lane_id):
-                phase.prompt_ids[ev.lane_id] = ev.prompt_ids
 
         warm = plan.warmup_command()
         if warm is not None:
@@ -380,7 +377,6 @@ class Finder:
     def records(self) -> list:
         """The calibration as app.core.tuning records, one per prompt the baseline and every drafter finished."""
         from app.core.tuning import CAL_CSTOP, CAL_K, DYN_BRANCH, DYN_DEPTH, CalStep, LaneCal, PromptCal
-        from app.speculative.policy import step_copies
 
         assert self.calibration is not None
         ph = self.calibration
@@ -401,11 +397,7 @@ class Finder:
                 if st is None or st.decode_steps <= 0:
                     continue
                 steps, step0 = [], None
-                events = ph.steps.get(lid, [])
-                # a chain's drafts that copy the prompt (k=auto prices them apart); unknown without the lane's prompt
-                copied = (step_copies(ph.prompt_ids[lid], [(ev.drafted_ids, ev.emitted_ids) for ev in events])
-                          if model and lid in ph.prompt_ids else [()] * len(events))
-                for ev, copies in zip(events, copied, strict=True):
+                for ev in ph.steps.get(lid, []):
                     if is_head(d) or is_dynamic(d):  # every tree at once: the nodes' masks, probabilities and the accepted path
                         t = ev.tree
                         # step 0's draft forwards (a dynamic calibration's: the root's, then each width's levels below it)
@@ -417,8 +409,7 @@ class Finder:
                         q = tuple(ev.draft_probs or ()) if model else ()
                         n = len(ev.drafted_ids)
                         open_end = (not model) or n >= CAL_K or math.prod(q) < CAL_CSTOP
-                        cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None,
-                                     copy=copies)
+                        cs = CalStep(n, ev.accepted_count, q, open_end, ev.t_verify_s, ev.correction_rank if model else None)
                     if ev.step == 0:
                         step0 = cs if n else None
                     else:

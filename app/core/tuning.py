@@ -173,9 +173,6 @@ class CalStep:
     path: tuple[int, ...] = ()
     #: draft forwards this step (0: not recorded)
     forwards: int = 0
-    #: a model drafter's chain: whether each drafted token copies the prompt (app.speculative.policy.PromptCopy), what
-    #: k=auto prices apart; () where not recorded (then none does)
-    copy: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -336,7 +333,6 @@ class Position:
         more: the calibration's proposal went on past `after` (it ended on its k or cumulative stop, not an EOS).
         rank: the true token's rank among the draft's best tokens here: 1 where kept; where rejected the target's
             token's (0: below the draft's best ALTS; None: not recorded) — what a token tree that wide would catch.
-        copy: the draft's token here copies the prompt (CalStep.copy); after_copy: the same of the drafts in `after`.
     """
 
     q: float | None
@@ -344,8 +340,6 @@ class Position:
     after: tuple[float, ...] = ()
     more: bool = False
     rank: int | None = None
-    copy: bool = False
-    after_copy: tuple[bool, ...] = ()
 
 
 def positions(lane: LaneCal) -> list[Position]:
@@ -356,10 +350,9 @@ def positions(lane: LaneCal) -> list[Position]:
         out.append(Position(None, True))
     for s in ([lane.step0] if lane.step0 is not None else []) + list(lane.steps):
         a = min(s.accepted, len(s.q))
-        cp = tuple(s.copy[:len(s.q)]) + (False,) * max(0, len(s.q) - len(s.copy))
-        out.extend(Position(q, True, rank=1, copy=c) for q, c in zip(s.q[:a], cp[:a], strict=True))
+        out.extend(Position(q, True, rank=1) for q in s.q[:a])
         if a < s.offered and a < len(s.q):
-            out.append(Position(s.q[a], False, tuple(s.q[a + 1:]), s.open_end, s.rank, cp[a], cp[a + 1:]))
+            out.append(Position(s.q[a], False, tuple(s.q[a + 1:]), s.open_end, s.rank))
         else:
             out.append(Position(None, True))
     return out

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from app.speculative.policy import AutoK, Calibration, PromptCopy, StepTiming, load_learnt, recall, remember, save_learnt
+from app.speculative.policy import AutoK, Calibration, StepTiming, load_learnt, recall, remember, save_learnt
 from app.speculative.verifier import sample, warp
 
 __all__ = ["ALTS", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
@@ -204,8 +203,8 @@ class DraftModelDrafter:
     product of those probabilities (the draft's own estimate that the whole proposal is accepted) is below `cstop`:
     long drafts through predictable text, short ones where a single doubt already makes the rest unlikely to count.
     With `auto` (k=auto) the cost-aware policy decides, token by token, whether drafting one more can pay on this
-    target (app.speculative.policy), from the draft's probabilities calibrated against what the target kept (apart for
-    drafts that copy the prompt) and the acceptance of the next draft conditioned on the last one's confidence (at the start of a step: on how the previous
+    target (app.speculative.policy), from the draft's probabilities calibrated against what the target kept and the
+    acceptance of the next draft conditioned on the last one's confidence (at the start of a step: on how the previous
     step ended).
     """
 
@@ -233,10 +232,6 @@ class DraftModelDrafter:
         elif self.saved and self.memory is not None and self.auto is not None and (note := load_learnt(self.memory, self.auto, self.calibration)):
             self.notes.append(note)
         self._scores: list[float] = []  # q of the drafts verified last step (auto)
-        self._copies: list[bool] = []  # whether each of them copies the prompt (auto: Calibration)
-        #: auto: whether a draft copies the prompt — (ids, this step's earlier drafts, token) → bool; start() makes it
-        #: from the prompt (PromptCopy), a replay from its records (app.speculative.replay)
-        self.copy_of: Callable[[Sequence[int], Sequence[int], int], bool] | None = None
         self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified
         self._opening = False  # auto: the step being verified is step 0 (its first draft: the answer's first token)
         self._prompt_len = 0
@@ -245,11 +240,10 @@ class DraftModelDrafter:
 
     def start(self, prompt_ids: list[int]) -> None:
         self.seen = []
-        self._scores, self._copies = [], []
+        self._scores = []
         self._prompt_len = len(prompt_ids)
         if self.auto is not None:
             self.auto.begin_answer()
-            self.copy_of = PromptCopy(prompt_ids)
         # k=auto makes its state and prefills lazily (in the first step that drafts): a lane where drafting never
         # pays spends nothing on the draft (a llama.cpp context alone takes ~0.1 s to set up)
         self.state = self.engine.new_state() if self.auto is None else None
@@ -322,7 +316,6 @@ class DraftModelDrafter:
         drafted: list[int] = []
         qs: list[torch.Tensor] = []
         q_drafted: list[float] = []
-        copies: list[bool] = []  # auto: each draft copies the prompt (Calibration)
         alts: list[tuple[int, ...]] = []  # greedy: the draft's best tokens at each position (Proposal.alts)
         cum: list[float] = []  # auto: P(first j drafts all accepted)
         forwards = 0
@@ -341,12 +334,10 @@ class DraftModelDrafter:
                 tok = best[0]
                 q_drafted.append(float(logits.softmax(-1)[tok]))
                 alts.append(best)
-            if auto is not None:
-                copies.append(self.copy_of is not None and self.copy_of(ids, drafted, tok))
             drafted.append(tok)
             p_all *= q_drafted[-1]
             if auto is not None:
-                p = auto.local(self.calibration(q_drafted[-1], copies[-1]))
+                p = auto.local(self.calibration(q_drafted[-1]))
                 if not cum and p_opening is not None:
                     p = p_opening  # the answer's first token: the opening's own estimate, whatever its confidence (AutoK.ended)
                 cum.append(cum[-1] * p if cum else p)
@@ -360,10 +351,10 @@ class DraftModelDrafter:
             if not self._opening:
                 auto.acceptance.saw_first(q_drafted[0])
             keep = auto.best_k(cum, p_next=auto.p_next(q_drafted[-1]), k_cap=k)
-            why = auto.explain(cum, keep, copies=sum(copies[:keep]))
+            why = auto.explain(cum, keep)
             self._dropped = cum[0] if cum and not keep else None
             drafted, q_drafted, qs, alts = drafted[:keep], q_drafted[:keep], qs[:keep], alts[:keep]
-            self._scores, self._copies = list(q_drafted), copies[:keep]
+            self._scores = list(q_drafted)
         return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why, alts=alts or None,
                         read_s=read_s)
 
@@ -372,12 +363,11 @@ class DraftModelDrafter:
             # positions up to the first rejection were tested by the target; later ones were not (nor does the
             # answer's first token, in the opening step, teach the calibration: AutoK.ended)
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
-                cp = i < len(self._copies) and self._copies[i]
                 if i or not self._opening:
-                    self.auto.answer_verdict(self.auto.local(self.calibration(q, cp)), i < accepted)  # this answer's shift
-                    self.calibration.update(q, i < accepted, cp)
+                    self.auto.answer_verdict(self.auto.local(self.calibration(q)), i < accepted)  # this answer's shift
+                    self.calibration.update(q, i < accepted)
             self.auto.ended(drafted, accepted, self._scores, self._dropped, opening=self._opening)
-            self._scores, self._copies, self._dropped, self._opening = [], [], None, False
+            self._scores, self._dropped, self._opening = [], None, False
             if self.memory is not None and self.learn:
                 remember(self.memory, self.auto, self.calibration)
         if self.schedule == "heuristic" and drafted:

@@ -61,7 +61,6 @@ import math
 import os
 import time
 from contextlib import contextmanager
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -72,9 +71,8 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "COPY_N", "COPY_SHIFT_VAR", "COPY_BANDS", "StepTiming", "AutoK",
-           "Calibration", "Acceptance", "PromptCopy", "step_copies", "shifted", "STARTS", "recall", "remember", "forget", "SAVED_CAP", "saved_dir",
-           "save_learnt", "load_learnt", "saved_summary", "memory_text", "forget_saved"]
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+           "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -107,17 +105,6 @@ OPENING_PRIOR = 0.6
 ANSWER_SHIFT_VAR = 0.25
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
-#: a draft "copies the prompt" when the COPY_N tokens before it (prompt, answer, the step's earlier drafts) and the draft
-#: occur in that order in the prompt (:class:`PromptCopy`)
-COPY_N = 2
-#: the confidence bands (their upper edges but the last) in which Calibration learns how much more or less often the
-#: target keeps a copying draft than its confidence says: on 24 Spec-Bench prompts copying drafts of confidence 0.5–0.8
-#: were kept 0.89 where others were kept 0.72 (fp32 draft; int8 0.84 against 0.69), below 0.5 0.24 against 0.49 (0.36
-#: against 0.50) (resources/bench/README.md, "Drafts that copy the prompt")
-COPY_BANDS = (0.5,)
-#: the prior variance, in log-odds, of that shift per band: one standard deviation is ±1 (odds ×0.37 … ×2.7); the
-#: measured shifts were +1.1 and +0.9 (0.5–0.8) and −1.1 and −0.6 (below 0.5)
-COPY_SHIFT_VAR = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,81 +130,25 @@ def prior_acceptance(q: float) -> float:
     return max(0.0, min(1.0, q)) ** PRIOR_GAMMA
 
 
-def shifted(p: float, shift: float) -> float:
-    """The probability `p` moved by `shift` in log-odds: sigmoid(logit(p) + shift)."""
-    if shift == 0.0:
-        return p
-    p = min(max(p, 1e-6), 1.0 - 1e-6)
-    return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + shift)))
-
-
-class PromptCopy:
-    """Whether a draft copies the prompt: the COPY_N tokens before it and it occur in that order in the prompt's ids.
-
-    A summary, a RAG answer or an edit copies runs of its prompt, and there the target keeps a draft of middling
-    confidence far more often than elsewhere (COPY_BANDS): the draft's confidence alone cannot tell them apart."""
-
-    def __init__(self, prompt_ids: Sequence[int], n: int = COPY_N) -> None:
-        self.n = n
-        ids = list(prompt_ids)
-        self.grams = frozenset(tuple(ids[i:i + n + 1]) for i in range(len(ids) - n))
-
-    def __call__(self, ids: Sequence[int], drafted: Sequence[int], tok: int) -> bool:
-        """Whether `tok`, drafted after the sequence `ids` and this step's earlier drafts `drafted`, copies the prompt."""
-        tail = list(drafted[max(0, len(drafted) - self.n):])
-        if len(tail) < self.n:
-            tail = list(ids[max(0, len(ids) - (self.n - len(tail))):]) + tail
-        return len(tail) == self.n and (*tail, tok) in self.grams
-
-
-def step_copies(prompt_ids: Sequence[int], steps: Iterable[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[bool, ...]]:
-    """Which drafts of a lane's steps copy the prompt (:class:`PromptCopy`), from its prompt and each step's (drafted
-    ids, emitted ids) in order: what a setup finder's calibration records (app.core.tuning.CalStep.copy)."""
-    copy_of, seq, out = PromptCopy(prompt_ids), list(prompt_ids), []
-    for drafted, emitted in steps:
-        out.append(tuple(copy_of(seq, drafted[:j], tok) for j, tok in enumerate(drafted)))
-        seq.extend(emitted)
-    return out
-
-
 class Calibration:
     """Maps a score in [0, 1] (the draft's probability of its token) to an acceptance probability: BINS equal bins
-    with Beta counts around a prior mean (:func:`prior_acceptance` of the bin's centre, `weight` pseudo-observations),
-    learnt from the drafts that do not copy the prompt.
-
-    A draft that copies it (:class:`PromptCopy`) is the bin's estimate shifted in log-odds by its band's `copy` shift
-    (COPY_BANDS): a Gaussian prior of variance COPY_SHIFT_VAR around 0, one Newton step of the log-posterior per verdict
-    on a copying draft (as AutoK.local's shift) — one parameter per band, which a run's few dozen copying drafts teach,
-    where a second table of bins would need hundreds."""
+    with Beta counts around a prior mean (:func:`prior_acceptance` of the bin's centre, `weight` pseudo-observations)."""
 
     BINS = 10
 
     def __init__(self, weight: float = PRIOR_WEIGHT) -> None:
         self.acc = [weight * prior_acceptance((i + 0.5) / self.BINS) for i in range(self.BINS)]
         self.n = [weight] * self.BINS
-        self.copy = [[0.0, 1.0 / COPY_SHIFT_VAR] for _ in range(len(COPY_BANDS) + 1)]  # per band: [shift, its precision]
 
     @classmethod
     def bin(cls, q: float) -> int:
         return min(cls.BINS - 1, max(0, int(q * cls.BINS)))
 
-    @staticmethod
-    def band(q: float) -> int:
-        """The copy band of confidence q (COPY_BANDS)."""
-        return sum(q >= edge for edge in COPY_BANDS)
-
-    def __call__(self, q: float, copy: bool = False) -> float:
+    def __call__(self, q: float) -> float:
         b = self.bin(q)
-        p = self.acc[b] / self.n[b]
-        return shifted(p, self.copy[self.band(q)][0]) if copy else p
+        return self.acc[b] / self.n[b]
 
-    def update(self, q: float, accepted: bool, copy: bool = False) -> None:
-        if copy:
-            band = self.copy[self.band(q)]
-            p = self(q, True)
-            band[1] += p * (1.0 - p)
-            band[0] += ((1.0 if accepted else 0.0) - p) / band[1]
-            return
+    def update(self, q: float, accepted: bool) -> None:
         b = self.bin(q)
         self.acc[b] += 1.0 if accepted else 0.0
         self.n[b] += 1.0
@@ -472,7 +403,10 @@ class AutoK:
 
     def local(self, p: float) -> float:
         """An acceptance estimate learnt over many answers, shifted to this answer: logit(p) + shift."""
-        return shifted(p, self.shift)
+        if self.shift == 0.0:
+            return p
+        p = min(max(p, 1e-6), 1.0 - 1e-6)
+        return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + self.shift)))
 
     def answer_verdict(self, p: float, kept: bool) -> None:
         """One verdict of this answer on a draft the policy expected to be kept with probability `p` (already shifted):
@@ -585,9 +519,8 @@ class AutoK:
         self.acceptance.relax("skip")
         self.start = "skip"
 
-    def explain(self, cum: list[float], k: int, forwards: int | None = None, copies: int = 0) -> str:
-        """One line for the step's tooltip: what was predicted for the chosen k against drafting nothing (`copies`: how
-        many of the k drafts copy the prompt, priced as such: Calibration)."""
+    def explain(self, cum: list[float], k: int, forwards: int | None = None) -> str:
+        """One line for the step's tooltip: what was predicted for the chosen k against drafting nothing."""
         sec = self.sec_per_unit
         u_k = self.price.units(k, len(cum) if forwards is None else forwards)
         e_k = expected_tokens(cum, k)
@@ -597,8 +530,6 @@ class AutoK:
                f"verify V({k + 1}) {self.t(k + 1):.2f}x one token, a draft c {self.d:.2f}")
         if cum:
             why += "; P(all accepted) " + " ".join(f"{p:.2f}" for p in cum[: min(len(cum), 8)]) + (" …" if len(cum) > 8 else "")
-        if copies:
-            why += f"; {copies} of them cop{'ies' if copies == 1 else 'y'} the prompt"
         if abs(self.shift) >= 0.1:
             why += (f"; this answer's drafts kept {'less' if self.shift < 0 else 'more'} often than learnt "
                     f"(odds ×{math.exp(self.shift):.2f})")
@@ -664,7 +595,7 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
         return None
     a = auto.acceptance
     doc = dict(version=_SAVED_VERSION, key=list(key), saved=time.strftime("%Y-%m-%d %H:%M", time.localtime()), answers=auto.answers,
-               calibration=dict(acc=cal.acc, n=cal.n, copy=cal.copy),
+               calibration=dict(acc=cal.acc, n=cal.n),
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
                rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units))
@@ -704,11 +635,6 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     try:
         bins = Calibration.BINS
         cal_pairs = [_capped([h, n], SAVED_CAP) for h, n in zip(d["calibration"]["acc"], d["calibration"]["n"], strict=True)]
-        # the copy shifts (absent from files saved before them: the priors), each worth at most what SAVED_CAP verdicts
-        # of middling confidence (p(1 − p) = 1/4 each) would be
-        copy_shift = [[float(s), min(float(h), SAVED_CAP / 4)] for s, h in d["calibration"].get("copy", cal.copy)]
-        if len(copy_shift) != len(cal.copy) or not all(math.isfinite(s) and math.isfinite(h) and h > 0 for s, h in copy_shift):
-            return None
         acc = d["acceptance"]
         first = {s: _capped(acc["first"][s], SAVED_CAP) for s in auto.acceptance.first}
         after = [_capped(c, SAVED_CAP) for c in acc["after"]]
@@ -726,7 +652,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    cal.acc, cal.n, cal.copy = [h for h, _ in cal_pairs], [n for _, n in cal_pairs], copy_shift
+    cal.acc, cal.n = [h for h, _ in cal_pairs], [n for _, n in cal_pairs]
     a = auto.acceptance
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
@@ -736,11 +662,9 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
 
 
 def saved_summary(key: tuple) -> dict | None:
-    """What is saved for the pair `key`, for `profile` and the Costs tab to show (:func:`memory_text`): {path, answers,
-    saved, kept, copy} — `kept`: the calibrated share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9",
-    "q>=0.9"), the saved counts with their priors; `copy`: per copy band (COPY_BANDS), the odds of a draft that copies the
-    prompt being kept over those its confidence gives (absent from files saved before the copy shifts: {}); None where
-    nothing readable is saved (or the memory is off)."""
+    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept} — `kept`: the calibrated
+    share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their
+    priors; None where nothing readable is saved (or the memory is off)."""
     if (got := _read_saved(key)) is None:
         return None
     path, d = got
@@ -748,21 +672,9 @@ def saved_summary(key: tuple) -> dict | None:
         acc, n = d["calibration"]["acc"], d["calibration"]["n"]
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
-        names = ([f"q<{COPY_BANDS[0]:g}"] + [f"{lo:g}<=q<{hi:g}" for lo, hi in zip(COPY_BANDS, COPY_BANDS[1:])]
-                 + [f"q>={COPY_BANDS[-1]:g}"])
-        copy_odds = {b: math.exp(float(sh)) for b, (sh, _h) in zip(names, d["calibration"].get("copy", ()), strict=False)}
-        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, copy=copy_odds)
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, OverflowError):
+        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError):
         return None
-
-
-def memory_text(s: dict) -> str:
-    """What a saved memory (:func:`saved_summary`) says of the draft, in words: how often its drafts were kept by
-    confidence, and how much more or less often those that copy the prompt."""
-    text = "drafts kept by confidence: " + ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
-    if s.get("copy"):
-        text += "; drafts copying the prompt: " + ", ".join(f"{b} odds ×{v:.2f}" for b, v in s["copy"].items())
-    return text
 
 
 def forget_saved(key: tuple) -> Path | None:

@@ -82,22 +82,6 @@ class _ReplayState:
         return logits[None]
 
 
-def _copy_of(seq: Sequence[Position], prompt_len: int):
-    """The replayed drafter's PromptCopy: whether a draft copies the prompt, from the records (Position.copy; past a
-    rejection Position.after_copy)."""
-
-    def copy_of(ids: Sequence[int], drafted: Sequence[int], tok: int) -> bool:
-        pos = len(ids) - prompt_len
-        off = next((i for i, t in enumerate(drafted) if t != _TRUE), None)
-        if off is None:
-            return pos + len(drafted) < len(seq) and seq[pos + len(drafted)].copy
-        after = seq[pos + off].after_copy if pos + off < len(seq) else ()
-        j = len(drafted) - off - 1
-        return j < len(after) and after[j]
-
-    return copy_of
-
-
 class _ReplayDraft:
     def __init__(self, seq: Sequence[Position], prompt_len: int) -> None:
         self.seq, self.prompt_len = seq, prompt_len
@@ -164,7 +148,6 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 policy.load_learnt(saved, auto, d.calibration)
             prompt = [_PROMPT] * n_prompt
             d.start(prompt)
-            d.copy_of = _copy_of(seq, n_prompt)
             ids, n_gen, last, wall, read = list(prompt), 0, None, 0.0, False
             n_steps = n_drafted = n_kept = 0
             while n_gen < pc.new_tokens:

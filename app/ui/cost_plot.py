@@ -128,7 +128,7 @@ class CostPanel(QWidget):
 
     def refresh_memory(self) -> None:
         """Show what k=auto saved of each pair of the run (nothing saved, or the memory off: the row hides)."""
-        from app.speculative.policy import memory_text, saved_summary
+        from app.speculative.policy import saved_summary
 
         lines, self._saved = [], []
         for label, key in self.pairs():
@@ -136,7 +136,8 @@ class CostPanel(QWidget):
             if s is None:
                 continue
             self._saved.append(key)
-            lines.append(f"• {label}: over {s['answers']} answer(s), saved {s['saved']}; {memory_text(s)}")
+            kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
+            lines.append(f"• {label}: over {s['answers']} answer(s), saved {s['saved']}; drafts kept by confidence: {kept}")
         if lines:
             self.memory.setText("k=auto starts from what it learnt of these pairs on this machine:\n" + "\n".join(lines))
         self.memory_row.setVisible(bool(lines))

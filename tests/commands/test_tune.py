@@ -313,34 +313,3 @@ def test_the_speed_note_says_when_the_machine_ran_at_another_speed_in_the_confir
     near = baseline_speed(records, {"baseline": {"walls": {"a": 10.0 * (1 + SPEED_NOTE / 2)}}}, {"a": 1})
     assert speed_note(dict(baseline_speed=near)) == ""
     assert baseline_speed(records, {"x": {"walls": {"a": 5.0}}}, {"a": 1}) is None and speed_note({}) == ""
-
-
-def test_the_calibration_records_which_drafts_copy_the_prompt():
-    """A draft lane's records mark each drafted token that copies the prompt (app.speculative.policy.PromptCopy: its two
-    preceding tokens and it occur in the prompt), from the lane's LaneStarted ids and what each step emitted: what
-    k=auto's replay prices apart. A lookup's steps carry no marks. Literal events; the run's plan and stats stand-ins."""
-    from types import SimpleNamespace
-
-    from app.commands.tune import Finder, Phase
-    from app.core.events import LaneStarted, StepEvent
-
-    prompt = SimpleNamespace(id="p1", category="summarisation")
-    plan = SimpleNamespace(prompts=[prompt], lane_id=lambda i, p: f"L{i}", is_warmup=lambda lid: False)
-    stats = SimpleNamespace(decode_steps=2, t_verify_s=0.2, wall_s=1.5, prefill_s=1.0, t_draft_s=0.02, new_tokens=6, draft_forwards=4)
-    ph = Phase(plan, SimpleNamespace(stats={"L0": stats, "L1": stats, "L2": stats}), prompts_done=["p1"])
-    prompt_ids = (1, 2, 3, 4, 1, 2)
-
-    def step(lid, n, drafted, accepted, emitted):
-        return StepEvent(lid, n, drafted, accepted, emitted[-1], "correction", 0.01, 0.1, 0.11, emitted_ids=emitted,
-                         draft_probs=(0.6,) * len(drafted))
-
-    for lid in ("L1", "L2"):
-        ph.prompt_ids[lid] = prompt_ids
-        ph.steps[lid] = [step(lid, 0, (3, 4, 9), 2, (3, 4, 1)), step(lid, 1, (2, 7), 1, (2, 8)), step(lid, 2, (5,), 0, (6,))]
-    assert LaneStarted("L1", "s", "p1", 0, prompt_ids, "text").prompt_ids == prompt_ids  # what run_phase keeps of it
-    f = Finder.__new__(Finder)
-    f.drafters, f.calibration = [("draft:d", True), ("ngram:n=3", False)], ph
-    (rec,) = f.records()
-    model, lookup = rec.lanes["draft:d"], rec.lanes["ngram:n=3"]
-    assert [s.copy for s in (model.step0, *model.steps)] == [(True, True, False), (True, False), (False,)]
-    assert all(s.copy == () for s in (lookup.step0, *lookup.steps))

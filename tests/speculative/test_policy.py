@@ -11,7 +11,7 @@ import pytest
 from app.core.costs import CostProfile
 from app.speculative.costs import isotonic, median_error, smooth
 from app.speculative.drafters import DraftContext, NGramDrafter
-from app.speculative.policy import COPY_SHIFT_VAR, AutoK, Calibration, StepTiming
+from app.speculative.policy import AutoK, Calibration, StepTiming
 
 NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 33)
 
@@ -206,35 +206,6 @@ def test_calibration_learns_what_the_target_accepts():
     for _ in range(50):
         cal.update(0.95, False)
     assert cal(0.95) < 0.15 and cal(0.15) == pytest.approx(0.15 ** 0.7)  # 50 rejections against 6 pseudo-observations
-
-
-def test_a_draft_copies_the_prompt_when_it_continues_one_of_its_trigrams():
-    from app.speculative.policy import PromptCopy, step_copies
-
-    copy_of = PromptCopy([5, 1, 2, 3, 4])
-    assert copy_of([9, 1, 2], [], 3)  # the answer's last two tokens, then the draft
-    assert copy_of([9], [1, 2], 3) and copy_of([1], [2], 3)  # this step's earlier drafts count as the context
-    assert not copy_of([9, 7, 2], [], 3) and not copy_of([9, 1, 2], [], 4)
-    assert not copy_of([2], [], 3)  # too short a context to tell
-    # a lane's steps in order: each step's drafts read the prompt and what the earlier steps emitted
-    assert step_copies([1, 2, 3, 4, 1, 2], [((3, 4, 9), (3, 4, 1)), ((2, 7), (2, 8)), ((), (5,))]) == [
-        (True, True, False), (True, False), ()]
-
-
-def test_a_copying_draft_is_calibrated_by_its_own_shift_per_confidence_band():
-    """Copying drafts shift their bin's estimate in log-odds, one shift per COPY_BANDS band, learnt from their own
-    verdicts; they do not teach the bins (what drafts that do not copy are kept at)."""
-    cal = Calibration()
-    assert cal(0.7, copy=True) == pytest.approx(cal(0.7)) and cal(0.3, copy=True) == pytest.approx(cal(0.3))
-    plain = list(zip(cal.acc, cal.n, strict=True))
-    for _ in range(30):
-        cal.update(0.65, True, copy=True)  # middling copying drafts kept
-        cal.update(0.3, False, copy=True)  # unsure copying drafts rejected
-    assert list(zip(cal.acc, cal.n, strict=True)) == plain
-    assert cal(0.75, copy=True) > 0.95 > cal(0.75) and cal(0.55, copy=True) > 0.85 > cal(0.55)  # the whole band moved
-    assert cal(0.2, copy=True) < 0.1 < cal(0.2)
-    shift, h = cal.copy[1]
-    assert shift > 1.0 and h > 1.0 / COPY_SHIFT_VAR  # its precision grew with the verdicts
 
 
 def test_isotonic_fit():
@@ -523,11 +494,6 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     for _ in range(300):  # the target rejects the draft's confident tokens: 300 verdicts, more than SAVED_CAP
         first._scores = [0.95, 0.95]
         first.feedback(2, 0)
-    for _ in range(20):  # and keeps its middling drafts that copy the prompt
-        first._scores, first._copies = [0.6], [True]
-        first.feedback(1, 1)
-    copy_shift = [list(c) for c in first.calibration.copy]
-    assert copy_shift[1][0] > 0.5 and copy_shift[0] == [0.0, 1.0 / COPY_SHIFT_VAR]
     first.auto._all_tok, first.auto._all_units = 30.0, 10.0  # the rate over its answers (AutoK.begin_answer)
     first.finish()
     learnt = first.calibration(0.95)
@@ -542,7 +508,6 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     assert second.auto.acceptance.p_first("miss") == pytest.approx(first.auto.acceptance.p_first("miss"))
     assert second.auto.answers == 1 and second.auto.start == "skip"
     assert (second.auto._all_tok, second.auto._all_units) == (30.0, 10.0)
-    assert sum(second.calibration.copy, []) == pytest.approx(sum(copy_shift, []))  # the copy shifts too (worth under SAVED_CAP / 4 here)
     assert len(second.notes) == 1 and "1 earlier answer" in second.notes[0] and "SPECDECK_KAUTO_MEMORY=off" in second.notes[0]
     for _ in range(100):  # capped, the saved state still moves with what this run sees
         second._scores = [0.95]
@@ -572,16 +537,6 @@ def test_what_k_auto_learnt_is_saved_for_the_next_run(tmp_path, monkeypatch):
     summary = policy.saved_summary(key)
     assert summary is not None and summary["answers"] == 1 and summary["path"] == str(files[0])
     assert summary["kept"]["q>=0.9"] < 0.1  # the rejections it saved
-    assert summary["copy"]["q>=0.5"] == pytest.approx(math.exp(copy_shift[1][0])) and summary["copy"]["q<0.5"] == 1.0
-    assert f"drafts copying the prompt: q<0.5 odds ×1.00, q>=0.5 odds ×{math.exp(copy_shift[1][0]):.2f}" in policy.memory_text(summary)
-    old = json.loads(good)  # a file saved before the copy shifts: read, its copy shifts the priors
-    del old["calibration"]["copy"]
-    files[0].write_text(json.dumps(old))
-    assert policy.saved_summary(key)["copy"] == {}
-    older = DraftModelDrafter(None, auto=auto(), memory=key, saved=True)
-    assert older.calibration.copy == [[0.0, 1.0 / COPY_SHIFT_VAR]] * 2 and older.calibration(0.95) == pytest.approx(learnt)
-    policy.forget(key)
-    files[0].write_text(good)
     assert policy.saved_summary((*key, "other")) is None
     assert policy.forget_saved(key) == files[0] and not files[0].exists()
     assert policy.forget_saved(key) is None and policy.saved_summary(key) is None

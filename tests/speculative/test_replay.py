@@ -172,25 +172,3 @@ def test_the_replay_starts_where_the_pairs_next_real_lane_will(tmp_path, monkeyp
     assert warm["easy"][1] < cold["easy"][1] and b.speedup() < a.speedup()  # fewer drafts, slower, from its memory
     assert replay_auto([easy()], D, AUTO, TARGET, DRAFT, CURVE, saved=(*pair, "other")).speedup() == pytest.approx(a.speedup())
     assert saved[0].stat().st_mtime_ns == stamp and len(list((tmp_path / "kauto").glob("*.json"))) == 1
-
-
-def test_the_replay_prices_drafts_that_copy_the_prompt_apart():
-    """Middling drafts (0.65) that copy the prompt are kept, those that do not are rejected: with the records' copy
-    marks (CalStep.copy) the replayed policy learns the two apart and drafts on through the copying answers; with the
-    marks left out it prices both alike and keeps fewer there."""
-
-    def answers(marked: bool) -> list[PromptCal]:
-        out = []
-        for i in range(4):
-            copying = [CalStep(8, 8, (0.65,) * 8, copy=(True,) * 8 if marked else ()) for _ in range(6)]
-            other = [CalStep(8, 0, (0.65,) * 8, copy=(False,) * 8 if marked else ()) for _ in range(48)]
-            out += [prompt(f"other-{i}", other), prompt(f"copying-{i}", copying)]
-        return out
-
-    got = {}
-    for marked in (True, False):
-        counts: dict = {}
-        priced = replay_auto(answers(marked), D, AUTO, TARGET, DRAFT, CURVE, counts=counts)
-        kept = sum(counts[f"copying-{i}"][2] for i in range(4))
-        got[marked] = (kept, priced.speedup())
-    assert got[True][0] > 1.15 * got[False][0] and got[True][1] > got[False][1]
