@@ -713,7 +713,7 @@ def speed_note(doc: dict) -> str:
     how = "slower" if b["ratio"] > 1.0 else "faster"
     return (f"machine speed: the baseline ran {100 * abs(b['ratio'] - 1.0):.0f} % {how} in the confirmation than in the calibration "
             f"on the same {b['prompts']} prompt(s) ({b['confirmation_s']:.1f} s against {b['calibration_s']:.1f} s): the predictions "
-            f"were priced at the calibration's speed, and speedups move with the machine's")
+            f"were priced at the calibration's speed, and a speedup moves with the machine's speed")
 
 
 def verify_note(doc: dict) -> str:
@@ -723,9 +723,9 @@ def verify_note(doc: dict) -> str:
         return ""
     at = ", ".join(f"V({n}) {prof[n - 1]:.2f} → {used[n - 1]:.2f}" for n in (2, 5, 9, 17, 25) if n <= min(len(prof), len(used)))
     if s is None:  # no one ratio to quote (verifies that read cheaper than one forward in sum, or a profile below 1)
-        return f"verify cost: this run's verifies moved the cost profile's curve ({at}); priced with this run's"
+        return f"verify cost: this run's verifies moved the cost profile's curve ({at}); every setup was priced with this run's curve"
     return (f"verify cost: this run's verifies cost {s:.2f}x what the cost profile says above one forward ({at}); "
-            f"priced with this run's")
+            f"every setup was priced with this run's curve")
 
 
 def predicted_cell(c: dict, partial: bool, what: str = "speedup") -> str:
@@ -806,7 +806,8 @@ def render(doc: dict, top: int = 12) -> str:
         lines.append("break-even on this machine:")
         lines += [f"  {t}" for t in doc["break_even_text"]]
     if doc["not_tried"]:
-        lines.append("not tried: " + "; ".join(doc["not_tried"]))
+        lines.append("not tried:")
+        lines += [f"  {t}" for t in doc["not_tried"]]
     if doc.get("stopped"):
         lines.append(f"stopped: {doc['stopped']}")
     return "\n".join(lines)

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -154,15 +155,20 @@ class TuneDialog(QDialog):
         self.table.verticalHeader().setVisible(False)
         self.summary = QPlainTextEdit()
         self.summary.setReadOnly(True)
-        self.summary.setMaximumHeight(150)
+        # the table and the summary share the dialog's height; the user moves the line between them
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(self.table)
+        self.split.addWidget(self.summary)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 1)
+        self.split.setChildrenCollapsible(False)
 
         lay = QVBoxLayout(self)
         lay.addLayout(form)
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
-        lay.addWidget(self.table, 1)
-        lay.addWidget(self.summary)
+        lay.addWidget(self.split, 1)
 
     # --- running -------------------------------------------------------------------------------------------
     def arguments(self) -> list[str]:
@@ -293,6 +299,7 @@ class TuneDialog(QDialog):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(r, col, item)
         self.table.resizeColumnsToContents()
+        self._fit_split()
         lines = headline(doc)
         if partial and any(c.get("measured") and c.get("rank") for c in rows):
             lines.append(partial_note(doc))
@@ -302,10 +309,21 @@ class TuneDialog(QDialog):
         lines += [f"break-even: {t}" for t in doc.get("break_even_text", [])]
         lines += [note for note in (verify_note(doc), speed_note(doc)) if note]
         if doc.get("not_tried"):
-            lines.append("not tried: " + "; ".join(doc["not_tried"]))
+            lines.append("not tried:")
+            lines += [f"  • {t}" for t in doc["not_tried"]]
         self.summary.setPlainText("\n".join(lines))
         self.use_btn.setEnabled(len(winner_lanes(doc)) > 1)
         self.report.emit(doc)
+
+    def _fit_split(self) -> None:
+        """Give the table the height of its rows (at most 70 % of the two) and the summary the rest."""
+        t = self.table
+        need = (t.horizontalHeader().height() + sum(t.rowHeight(r) for r in range(t.rowCount()))
+                + t.horizontalScrollBar().sizeHint().height() + 2 * t.frameWidth() + 4)
+        h = sum(self.split.sizes())
+        if h > 0:
+            top = min(need, int(0.7 * h))
+            self.split.setSizes([top, h - top])
 
     def _use(self) -> None:
         if self.doc is not None:
