@@ -91,14 +91,16 @@ def _clean(x):
 
 def draft_of(setup: str) -> str | None:
     """A draft-model lane's draft, as a setup names it without its drafting rule ("draft:D,dtype=int8[@T]": lanes with
-    the same draft, precision and target), None for other kinds."""
+    the same draft, precision and target), None for other kinds. transformers' assisted generation (`hf-assisted:D`)
+    counts as a lane of its assistant: the same engine built at the same precision (the worker's `draft(D, dtype)`),
+    drafting greedily on the same answer."""
     from app.core.setups import parse_setup
 
     try:
         st = parse_setup(setup)
     except SpecDeckError:
         return None
-    if getattr(st, "prefix", None) != "draft":
+    if getattr(st, "prefix", None) not in ("draft", "hf-assisted"):
         return None
     return f"draft:{st.engine}" + (f",dtype={st.dtype}" if st.dtype else "") + (f"@{st.target}" if st.target else "")
 

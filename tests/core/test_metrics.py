@@ -107,6 +107,10 @@ def test_draft_parting_pools_the_lanes_of_one_draft_per_run():
     (dp,) = draft_parting([*lanes, ("draft:d,k=auto,dtype=int8", "p2", 1, a), ("draft:d,k=8,cstop=0.5,dtype=int8", "p2", 1, b)])
     assert dp["prompts"] == 2 and dp["prompts_differ"] == 2 and dp["shared"] == 15 and dp["differ"] == 3
     assert draft_parting([("draft:d,k=4", "p1", 0, a)]) == []
+    # transformers' assisted generation with the same assistant and precision is a lane of that draft
+    (dp,) = draft_parting([("draft:d,k=auto,dtype=int8", "p1", 0, a), ("hf-assisted:d,dtype=int8", "p1", 0, b),
+                           ("hf-assisted:d", "p1", 0, b)])
+    assert dp == dict(draft="draft:d,dtype=int8", setups=2, shared=3, differ=1, prompts=1, prompts_differ=1)
 
 
 def test_theoretical_speedup_formula():
