@@ -22,7 +22,8 @@ positions both lanes drafted on the same prefix where the int8 draft proposed di
 on how each lane's steps fed it: app.core.metrics.draft_differences), and how many of those went against k=auto
 (its draft rejected where the fixed lane's was kept) or for it. A step lost that way is the draft's luck on this
 prompt, which repeats cannot average (greedy: every repeat feeds alike); the replay (kauto_replay.py) judges the
-rule with the same draft tokens for every setup.
+rule with the same draft tokens for every setup. The same is said against hf-assisted where its assistant is k=auto's
+draft at the same precision: transformers feeds it its own way.
 
     python resources/bench/kauto_verdict.py resources/bench/qwen-kauto-specbench24-read-accounting.json \\
         resources/bench/qwen-kauto-specbench24-round-robin-2.json --json /tmp/kauto-verdict.json
@@ -220,7 +221,8 @@ def main() -> int:
               + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + "  "
               + " ".join("  –  " if x is None else f"{x:.3f}" for x in per_run))
 
-    parted_head = "   draft parted from the best fixed lane: positions differing/shared, against/for k=auto" if steps else ""
+    parted_head = ("   draft parted from the best fixed lane (hf: from hf-assisted's): positions differing/shared, against/for k=auto"
+                   if steps else "")
     print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8} {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf" + parted_head)
     out_prompts = []
     for p in prompts:
@@ -240,27 +242,36 @@ def main() -> int:
         if steps and same_draft and (d := draft_parting(steps, auto, best_name, p, js)) is not None:
             row["draft_parting"] = d
             parted = f"{d['differ']:>3}/{d['shared']:<3} {d['against']}/{d['for_auto']}  ({best_name.split(',', 1)[1]})"
+        if steps and hf is not None and draft_of(auto) == draft_of(hf) and (d := draft_parting(steps, auto, hf, p, js)) is not None:
+            row["hf_parting"] = d
+            parted += f"   hf: {d['differ']}/{d['shared']} {d['against']}/{d['for_auto']}"
         out_prompts.append(row)
         print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {row.get('vs_hf', float('nan')):>6.3f}   "
               f"{below:<13}" + parted)
+    def said(x: dict) -> str:
+        return ("q ?" if x["q"] is None else f"q {x['q']:.2f}") + (" kept" if x["kept"] else " rejected")
+
+    hf_lane = "hf-assisted's"
+
+    def first(d: dict, other: str = "the fixed lane's") -> str:
+        f = d["first"]
+        return f"token {f['position']}: k=auto's draft {said(f['auto'])}, {other} {said(f['fixed'])}"
+
     if steps:
         slower = [r for r in out_prompts if r["vs_best_fixed"] < 1.0 and "draft_parting" in r]
         luck = [r for r in slower if r["draft_parting"]["against"] > r["draft_parting"]["for_auto"]]
-        def said(x: dict) -> str:
-            return ("q ?" if x["q"] is None else f"q {x['q']:.2f}") + (" kept" if x["kept"] else " rejected")
-
-        def first(d: dict) -> str:
-            f = d["first"]
-            return f"token {f['position']}: k=auto's draft {said(f['auto'])}, the fixed lane's {said(f['fixed'])}"
-
         print(f"\nk=auto slower than the prompt's best fixed setup on {len(slower)} prompt(s) with recorded steps. On {len(luck)} of them "
               "the draft itself went against k=auto: at positions both lanes drafted on the same prefix it proposed other tokens in "
               "k=auto's lane, rejected there where the fixed lane's were kept, more often than the reverse (those verdicts were the draft's numerics, "
               "not k=auto's rule)" + ("".join(f"\n  {r['prompt']} {r['vs_best_fixed']:.3f} ({first(r['draft_parting'])})" for r in luck)))
     if hf is not None:
-        n_below = sum(1 for r in out_prompts if r.get("vs_hf", 2.0) < 1.0)
-        print(f"\nk=auto below hf-assisted on {n_below} of {len(out_prompts)} prompts (pooled walls); "
+        below_hf = [r for r in out_prompts if r.get("vs_hf", 2.0) < 1.0]
+        print(f"\nk=auto below hf-assisted on {len(below_hf)} of {len(out_prompts)} prompts (pooled walls); "
               f"lowest speedup over the baseline {min(r['speedup'] for r in out_prompts):.2f}x")
+        if any("hf_parting" in r for r in below_hf):
+            luck = [r for r in below_hf if r["hf_parting"]["against"] > r["hf_parting"]["for_auto"]]
+            print(f"On {len(luck)} of them the draft itself went against k=auto, as above, against hf-assisted's lane"
+                  + "".join(f"\n  {r['prompt']} {r['vs_hf']:.3f} ({first(r['hf_parting'], hf_lane)})" for r in luck))
     if args.json:
         Path(args.json).write_text(json.dumps(dict(reports=args.reports, auto=auto, fixed=fixed, hf=hf, level=LEVEL, max_wait=args.max_wait,
                                                    left_out=[dict(run=j + 1, prompt=p, wait_share=waited[(j, p)]) for j, p in left_out],

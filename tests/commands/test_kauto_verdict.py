@@ -128,6 +128,25 @@ def test_a_run_file_says_where_the_draft_itself_parted_k_auto_from_the_best_fixe
     assert "c1 0.800 (token 3: k=auto's draft q 0.29 rejected, the fixed lane's q 0.30 kept)" in r.stdout
 
 
+def test_a_run_file_says_where_the_draft_parted_k_auto_from_hf_assisted(tmp_path):
+    """hf-assisted with k=auto's draft at its precision: on c1 k=auto's draft proposed token 9 at position 3 (rejected)
+    where transformers' lane drafted 8 (kept), and k=auto is below hf-assisted there — said as the draft's doing, as
+    against the best fixed lane. Literal steps and walls, a real run file."""
+    hf = "hf-assisted:smollm2-135m-instruct"
+    lanes = {("c1", AUTO_S): OTHER, ("c1", K8_S): OTHER, ("c1", hf): SAME, ("c2", AUTO_S): SAME, ("c2", K8_S): SAME, ("c2", hf): SAME}
+    walls = {"baseline": {"c1": 10.0, "c2": 10.0}, AUTO_S: {"c1": 5.0, "c2": 5.0}, K8_S: {"c1": 5.0, "c2": 5.0},
+             hf: {"c1": 4.5, "c2": 6.0}}
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), _run_file(tmp_path, ("baseline", AUTO_S, K8_S, hf), lanes, walls), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    by = {p["prompt"]: p for p in json.loads(out.read_text())["prompts"]}
+    assert by["c1"]["vs_hf"] == pytest.approx(0.9) and by["c1"]["hf_parting"]["against"] == 1
+    assert by["c1"]["draft_parting"]["differ"] == 0 and by["c2"]["hf_parting"]["differ"] == 0
+    assert "k=auto below hf-assisted on 1 of 2 prompts" in r.stdout and "On 1 of them the draft itself went against k=auto" in r.stdout
+    assert "c1 0.900 (token 3: k=auto's draft q 0.29 rejected, hf-assisted's q 0.30 kept)" in r.stdout
+
+
 def test_a_best_fixed_lane_of_another_draft_precision_is_not_compared_token_by_token(tmp_path):
     """Where the best fixed lane runs the draft at another precision, its tokens differ by the model, not by how it
     was fed: no draft parting is reported for that prompt."""
