@@ -60,6 +60,9 @@ def test_bench_table_through_interleaved_worker(tiny_pair, tmp_path):
     lib = [x for x in doc["runs"] if x["setup"].startswith("hf-")]
     assert len(lib) == 6 and not any("tokens only" in n for x in lib for n in x["notes"])
     assert all(x["drafted"] > 0 and x["acceptance_rate"] is not None for x in lib if x["setup"].startswith("hf-assisted"))
+    # their steps read, they are priced on the target's cost profile as ours are: the theory column
+    theory = {x["setup"]: x["theoretical_speedup"] for x in doc["summary"]}
+    assert theory["hf-lookup:k=4"] > 0 and theory[f"hf-assisted:{d},k=3"] > 0
     assert doc["speedup_intervals"] == {} and doc["against_fastest"] == [] and "interval" not in r.stdout  # 3 prompts: too few
     # the table lists the baseline first, then the setups as asked (not in the order interleaved lanes finished)
     assert [x["setup"] for x in doc["summary"]] == ["baseline", f"draft:{d},k=3,cstop=1e-09,dtype=int8", "hf-lookup:k=4", f"hf-assisted:{d},k=3",

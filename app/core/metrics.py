@@ -78,7 +78,7 @@ class LaneStats:
     identical_to_baseline: bool | None = None
     first_divergence: int | None = None
     speedup: float | None = None
-    library: bool = False  # a library lane (its own loop: no theory; its drafting reported where it could be read)
+    library: bool = False  # a library lane (its own loop; its drafting reported, and its theory priced, where its steps could be read)
     step0_drafted: int = 0
     stall_s: float = 0.0
     counts_source: CountsSource = "steps"
@@ -297,13 +297,16 @@ def _mean(xs: Iterable[float]) -> float:
 def predicted_theory(paired: Sequence[tuple[LaneStats, LaneStats]]) -> float | None:
     """The cost-aware theory of a setup: Σ baseline wall / Σ predicted setup wall over the prompts both ran
     (app.core.costs.predicted_wall_s), each lane predicted against its own prompt's baseline. None when it
-    cannot be predicted: a lane without a cost profile or per-step drafting counts (reference lanes, backends
-    that report counts only), or a baseline with no decode step to measure."""
+    cannot be predicted: a lane without a cost profile or per-step drafting counts (library lanes whose steps could
+    not be read, backends that report counts only), or a baseline with no decode step to measure. A library lane
+    whose steps were read (transformers' assisted generation and lookup) is priced as SpecDeck's lanes are: the
+    theory then says what its steps cost on the cost model, and the measured speedup below it what its own loop
+    added."""
     if not paired:
         return None
     base_wall = pred = 0.0
     for r, b in paired:
-        if r.costs is None or not r.decode_k_hist or r.library or r.counts_source != "steps" or b.decode_steps <= 0:
+        if r.costs is None or not r.decode_k_hist or r.counts_source != "steps" or b.decode_steps <= 0:
             return None
         step = b.t_verify_s / b.decode_steps
         overhead = max(0.0, b.wall_s - b.prefill_s - b.t_verify_s - b.t_draft_s) / b.decode_steps

@@ -233,8 +233,9 @@ class SetupKind:
         summary: one line for the grammar and the README.
         build: `build(setup, env) -> LaneRunner`, called in the worker (imports torch/engines lazily).
         library: a library lane: a library's own implementation in its own loop, which SpecDeck times but does not
-            drive (no theory column; its steps are read where the runner can: transformers' lanes from the models'
-            forwards, llama-cpp-python's lookup reports tokens only).
+            drive; its steps are read where the runner can (transformers' lanes from the models' forwards, with the
+            theory column of SpecDeck's own lanes: their steps priced on the target's cost profile), llama-cpp-python's
+            lookup reports tokens only (no theory).
     """
 
     def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], library: bool = False) -> None:

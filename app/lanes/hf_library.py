@@ -33,13 +33,15 @@ class HFLookup(SetupBase):
 def _build_assisted(setup: HFAssisted, env):
     from app.runners.hf_library import LibraryRunner
 
-    return LibraryRunner(env.target(), assistant=env.draft(setup.engine, setup.dtype), k=setup.k)
+    target = env.target()
+    return LibraryRunner(target, assistant=env.draft(setup.engine, setup.dtype), k=setup.k, costs=env.lane_costs(target))
 
 
 def _build_lookup(setup: HFLookup, env):
     from app.runners.hf_library import LibraryRunner
 
-    return LibraryRunner(env.target(), k=setup.k, lookup=True)
+    target = env.target()
+    return LibraryRunner(target, k=setup.k, lookup=True, costs=env.lane_costs(target))
 
 
 ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "library lane: transformers' assisted generation (steps read from its forwards)", _build_assisted, library=True))

@@ -115,9 +115,11 @@ class LibraryRunner:
         target: HFEngine of the target.
         assistant: HFEngine of the draft for `assisted` (transformers' assisted generation), else None.
         k: num_assistant_tokens (assisted) or prompt_lookup_num_tokens (lookup); None: transformers' defaults.
+        costs: the target's verify-cost curve (app.worker.scheduler lane_costs), put in the lane's stats where its
+            steps were read: the theory column prices them as it does SpecDeck's lanes' (None: no theory).
     """
 
-    def __init__(self, target, *, assistant=None, k: int | None = None, lookup: bool = False) -> None:
+    def __init__(self, target, *, assistant=None, k: int | None = None, lookup: bool = False, costs=None) -> None:
         from app.engines.hf import HFEngine
 
         if not isinstance(target, HFEngine):
@@ -129,6 +131,7 @@ class LibraryRunner:
         self.assistant = assistant
         self.k = k
         self.lookup = lookup
+        self.costs = costs
 
     def run(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled) -> Iterator[StepEvent]:
         target = self.engine
@@ -183,7 +186,9 @@ class LibraryRunner:
             for key, value in saved.items():
                 setattr(gc, key, value)
         facts = steps_from_forwards(probe.calls, recorder.chunks, list(prompt_ids), t0)
-        if facts is None:  # tokens only: each chunk is one target step, its drafting unknown
+        if facts is not None:
+            rec.costs = self.costs  # its steps priced like SpecDeck's lanes' (the theory column)
+        else:  # tokens only: each chunk is one target step, its drafting unknown
             rec.note("transformers' steps could not be read from its forwards: tokens only (drafting unknown)")
             facts, prev = [], t0
             for t, ids in recorder.chunks:
