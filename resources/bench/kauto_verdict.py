@@ -248,6 +248,7 @@ def main() -> int:
         out_prompts.append(row)
         print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {row.get('vs_hf', float('nan')):>6.3f}   "
               f"{below:<13}" + parted)
+
     def said(x: dict) -> str:
         return ("q ?" if x["q"] is None else f"q {x['q']:.2f}") + (" kept" if x["kept"] else " rejected")
 
