@@ -255,6 +255,9 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
         def draft(self, name, dtype=None):
             return draft
 
+        def lane_costs(self, target):  # no cost profile measured here: no theory
+            return None
+
     target, draft = tiny
     ids = target.encode_prompt(PROMPTS[0], chat=False)
     s = Sampling(max_new_tokens=24)
