@@ -236,9 +236,13 @@ class SetupKind:
             drive; its steps are read where the runner can (transformers' lanes from the models' forwards, with the
             theory column of SpecDeck's own lanes: their steps priced on the target's cost profile), llama-cpp-python's
             lookup reports tokens only (no theory).
+        priced: the lane's steps are priced on its target's cost profile (the theory column; k=auto decides with it),
+            so a run of it loads that profile with its engines (app.worker.plan.RunPlan.drafting); default: every
+            kind but a library's.
     """
 
-    def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], library: bool = False) -> None:
+    def __init__(self, setup_cls: type, title: str, summary: str, build: Callable[[Any, Any], Any], library: bool = False,
+                 priced: bool | None = None) -> None:
         if not dataclasses.is_dataclass(setup_cls) or not issubclass(setup_cls, SetupBase) or not setup_cls.prefix:
             raise TypeError(f"{setup_cls!r} must be a frozen dataclass subclassing SetupBase with a prefix")
         self.setup_cls = setup_cls
@@ -247,6 +251,7 @@ class SetupKind:
         self.summary = summary
         self.build = build
         self.library = library
+        self.priced = not library if priced is None else priced
         hints = typing.get_type_hints(setup_cls)
         self.engine: EngineArg | None = None
         params: list[Param] = []

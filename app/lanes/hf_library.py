@@ -44,5 +44,7 @@ def _build_lookup(setup: HFLookup, env):
     return LibraryRunner(target, k=setup.k, lookup=True, costs=env.lane_costs(target))
 
 
-ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "library lane: transformers' assisted generation (steps read from its forwards)", _build_assisted, library=True))
-LOOKUP = register(SetupKind(HFLookup, "hf-lookup", "library lane: transformers' prompt lookup decoding (steps read from its forwards)", _build_lookup, library=True))
+ASSISTED = register(SetupKind(HFAssisted, "hf-assisted", "library lane: transformers' assisted generation (steps read from its forwards)", _build_assisted, library=True,
+                              priced=True))
+LOOKUP = register(SetupKind(HFLookup, "hf-lookup", "library lane: transformers' prompt lookup decoding (steps read from its forwards)", _build_lookup, library=True,
+                            priced=True))

@@ -191,11 +191,13 @@ class RunPlan:
 
     @property
     def drafting(self) -> bool:
-        """Some lane drafts in our loop (not a baseline, not a library's reference lane): its theory needs the cost
-        profiles of its target and draft (app.core.costs), and k=auto decides with them."""
+        """Some lane drafts and is priced on the cost model (SetupKind.priced: our loop's lanes, and transformers'
+        reference lanes whose steps are read): its theory needs the cost profiles of its target and draft
+        (app.core.costs), measured at load with progress rather than when its lane starts, and k=auto decides with
+        them."""
         from app.core.setups import kind_of
 
-        return any(not kind_of(x).library and x.prefix != "baseline" for x in map(parse_setup, self.setups))
+        return any(kind_of(x).priced and x.prefix != "baseline" for x in map(parse_setup, self.setups))
 
     def command(self, skip: Collection[int] = ()) -> RunLanes:
         """The recorded run; `skip`: setup indices whose lanes are left out (their setup failed in the warm-up)."""

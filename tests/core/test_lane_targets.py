@@ -75,6 +75,10 @@ def test_the_plan_loads_other_targets_with_their_drafts():
     cmd = plan.load_command()
     assert cmd.target == "qwen2.5-coder-1.5b-instruct" and cmd.others == plan.other_targets
     assert plan.report_reference == "baseline"  # several targets: the run's baseline is the reference
+    assert cmd.profile  # the draft lanes' theory: the cost profiles are loaded with the engines
+    # transformers' reference lanes are priced too (their steps are read); llama-cpp-python's lookup is not
+    assert RunPlan("t", ("baseline", "hf-assisted:d"), (Prompt("p", "hi"),), Sampling()).load_command().profile
+    assert not RunPlan("t", ("baseline", "llamacpp-lookup"), (Prompt("p", "hi"),), Sampling()).load_command().profile
     with pytest.raises(SetupError, match="is not one of the run's setups"):
         RunPlan("t", ("baseline",), (Prompt("p", "hi"),), Sampling(), reference="ngram")
 
