@@ -282,6 +282,53 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
             assert max(len(e.drafted_ids) for e in steps) <= 3
 
 
+def test_transformers_lane_without_readable_steps_falls_back_to_tokens_only(tiny, monkeypatch):
+    """Where transformers' forwards and chunks do not line up (another transformers: steps_from_forwards says None,
+    forced here on a real generate), the reference lane still emits the baseline's tokens, one step of kind
+    "library" per streamed chunk, says so in its notes, and claims nothing it did not read: no drafts, no α, and no
+    theory even with a cost profile at hand (predicted_theory None). With its steps read, the same lane and profile
+    give a theory."""
+    from app.core.accounting import LaneRecorder, drive
+    from app.core.costs import LaneCosts
+    from app.core.metrics import predicted_theory
+    from app.core.setups import kind_of, parse_setup
+    from app.runners import hf_library
+
+    target, draft = tiny
+    costs = LaneCosts((1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7), ("t",))
+
+    class Env:
+        def target(self):
+            return target
+
+        def draft(self, name, dtype=None):
+            return draft
+
+        def lane_costs(self, target):
+            return costs
+
+    ids = target.encode_prompt(PROMPTS[0], chat=False)
+    s = Sampling(max_new_tokens=16)
+    _, base = run(target, None, ids, s)
+
+    def lane():
+        setup = parse_setup("hf-assisted:d,k=3")
+        runner = kind_of(setup).build(setup, Env())
+        rec = LaneRecorder("lane", setup.label, "p", 0, s.max_new_tokens, target.eos_ids, target.detokenizer(ids))
+        evs = list(drive(runner, rec, ids, s))
+        return [e for e in evs if isinstance(e, StepEvent)], evs[-1].stats
+
+    steps, read = lane()
+    assert read.costs == costs and read.drafted > 0 and predicted_theory([(read, base)]) is not None
+    monkeypatch.setattr(hf_library, "steps_from_forwards", lambda *a, **k: None)
+    steps, st = lane()
+    assert st.library and st.output_ids == base.output_ids
+    assert any("tokens only" in n for n in st.notes), st.notes
+    assert steps and all(e.target_kind == "library" and not e.drafted_ids for e in steps)
+    assert sum(len(e.emitted_ids) for e in steps) == st.new_tokens == len(base.output_ids)
+    assert st.drafted == 0 and st.costs is None and predicted_theory([(st, base)]) is None
+
+
 def test_transformers_steps_are_read_from_its_forwards_or_not_at_all():
     """app.runners.hf_library.steps_from_forwards on literal hook records (as traced from transformers 5.23's
     assisted generation on the Qwen pair): a verify's input is the prompt or the last emitted token, then the

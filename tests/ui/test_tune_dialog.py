@@ -29,6 +29,12 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     r = rows.index(head["setup"])
     assert d.table.item(r, 0).text() == str(head["rank"]) and "head levels × c" in d.table.item(r, 7).text()
     assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
+    # the table and the summary share the height: the table its rows' height, at most 70 %, the summary the rest
+    top, bottom = d.split.sizes()
+    t = d.table
+    rows_h = t.horizontalHeader().height() + sum(t.rowHeight(r) for r in range(t.rowCount()))
+    assert top > 0 and bottom >= 0.3 * (top + bottom) - 1 and top <= 0.7 * (top + bottom) + 1
+    assert top >= min(rows_h, int(0.7 * (top + bottom)))  # every row shown, or the table at its 70 %
     summary = d.summary.toPlainText().splitlines()
     not_tried = summary[summary.index("not tried:") + 1:]  # one line each, to the end
     assert "break-even:" in d.summary.toPlainText() and any("redrafter:tiny-misfit did not run" in x for x in not_tried)
