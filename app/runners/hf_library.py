@@ -5,7 +5,8 @@
 its steps from the models themselves: forward hooks on the target and the assistant time every forward, and each
 target forward's input is a verify — the last token, then the candidates (on the first, the prompt, then the
 candidates) — followed by one chunk to the streamer, the kept candidates and the target's token. One step per target
-forward: its candidates, how many the chunk kept, its draft forwards and their time, its verify time. Where the
+forward: its candidates, how many the chunk kept, its draft forwards and their time, each draft's confidence q
+(greedy: the assistant's top probability at the position it drafted), its verify time. Where the
 forwards and chunks do not line up so (another transformers), the lane falls back to tokens only: one step (kind
 "library") per chunk, drafting unknown, and says so in its notes. The shared LaneRecorder builds events and stats.
 """
@@ -46,11 +47,14 @@ class _Recorder:
 
 class _Forwards:
     """Forward hooks on transformers' models inside `generate`: every forward's role ("verify": the target,
-    "draft": the assistant), start and end on the lane's clock, and a verify's input ids."""
+    "draft": the assistant), start and end on the lane's clock, a verify's input ids, and with `confidence` a draft
+    forward's confidence — its top token's probability at the last position, which a greedy assistant drafts (read
+    after the forward's end is stamped, so its draft time is the forward's own)."""
 
-    def __init__(self, clock, sync) -> None:
-        self.clock, self.sync = clock, sync
-        self.calls: list[list] = []  # [role, t0, t1 (None while running), the verify's input ids]
+    def __init__(self, clock, sync, confidence: bool = False) -> None:
+        self.clock, self.sync, self.confidence = clock, sync, confidence
+        # [role, t0, t1 (None while running), the verify's input ids, a draft's confidence (None: not read)]
+        self.calls: list[list] = []
         self._handles: list = []
 
     def watch(self, model, role: str) -> None:
@@ -59,12 +63,16 @@ class _Forwards:
         def pre(module, args, kwargs):
             ids = kwargs.get("input_ids", args[0] if args else None)
             open_.append(len(self.calls))
-            self.calls.append([role, self.clock(), None, ids[0].tolist() if role == "verify" and ids is not None else None])
+            self.calls.append([role, self.clock(), None, ids[0].tolist() if role == "verify" and ids is not None else None, None])
 
         def post(module, args, output):
             self.sync()  # a GPU forward's time, not its launch
             if open_:
-                self.calls[open_.pop()][2] = self.clock()
+                call = self.calls[open_.pop()]
+                call[2] = self.clock()
+                logits = getattr(output, "logits", None)
+                if role == "draft" and self.confidence and logits is not None:
+                    call[4] = float(torch.softmax(logits[0, -1].float(), dim=-1).max())
 
         self._handles += [model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post)]
 
@@ -77,17 +85,20 @@ class _Forwards:
 def steps_from_forwards(calls: list[list], chunks: list[tuple[float, list[int]]], prompt: list[int], t0: float) -> list[StepFacts] | None:
     """One StepFacts per target forward, from the hooks' `calls` and the streamer's `chunks` — or None where they do
     not line up as transformers' assisted and prompt-lookup decoding run (one chunk per verify; a verify's input the
-    prompt or the previous chunk's last token, then the candidates)."""
+    prompt or the previous chunk's last token, then the candidates). A step's draft_probs are its draft forwards'
+    confidences (a call's fifth item) where every one was read and there is one per candidate, else None."""
     verifies = [c for c in calls if c[0] == "verify"]
     if not chunks or len(verifies) != len(chunks) or any(c[2] is None or (c[0] == "verify" and c[3] is None) for c in calls):
         return None
     out: list[StepFacts] = []
     draft_s, forwards, prev_t, prev_last = 0.0, 0, t0, None
+    qs: list[float | None] = []
     j = 0
-    for role, start, end, ids in calls:
+    for role, start, end, ids, *rest in calls:
         if role == "draft":
             draft_s += end - start
             forwards += 1
+            qs.append(rest[0] if rest else None)
             continue
         t_chunk, emitted = chunks[j]
         if j == 0:
@@ -101,9 +112,11 @@ def steps_from_forwards(calls: list[list], chunks: list[tuple[float, list[int]]]
         a = 0
         while a < min(len(cand), len(emitted)) and cand[a] == emitted[a]:
             a += 1
+        read = [q for q in qs if q is not None]
         out.append(StepFacts(emitted, accepted=a, drafted_ids=cand, has_target=a < len(emitted), t_draft_s=draft_s,
-                             t_verify_s=end - start, t_wall_s=t_chunk - prev_t, draft_forwards=forwards))
-        draft_s, forwards, prev_t, prev_last = 0.0, 0, t_chunk, emitted[-1] if emitted else prev_last
+                             t_verify_s=end - start, t_wall_s=t_chunk - prev_t, draft_forwards=forwards,
+                             draft_probs=read if len(read) == len(qs) == len(cand) > 0 else None))
+        draft_s, forwards, prev_t, prev_last, qs = 0.0, 0, t_chunk, emitted[-1] if emitted else prev_last, []
         j += 1
     return out
 
@@ -162,7 +175,7 @@ class LibraryRunner:
         recorder = _Recorder(clock)
         kw["streamer"] = recorder
         sync = target.sync
-        probe = _Forwards(clock, sync)
+        probe = _Forwards(clock, sync, confidence=sampling.greedy)  # a sampled draft's q needs its distribution
         probe.watch(model, "verify")
         if self.assistant is not None:
             probe.watch(self.assistant.model, "draft")

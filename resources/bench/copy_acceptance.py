@@ -6,8 +6,9 @@ blind long drafts beat it (resources/bench/README.md, "An expensive draft"): the
 middling confidence that the target then keeps. This script asks whether "the draft continues an n-gram of the
 prompt" says more than q does, before anything is built on it.
 
-For every draft-model lane of the given run files (`bench --record`, greedy), every drafted token the target tested
-(up to and including a step's first rejection; later drafts were not tested) is put in a confidence band and marked
+For every draft-model lane of the given run files (`bench --record`, greedy; `draft:…` and transformers'
+`hf-assisted:…`, whose lanes read each draft's confidence from the assistant's forwards), every drafted token the
+target tested (up to and including a step's first rejection; later drafts were not tested) is put in a confidence band and marked
 "copy" when the last `--n` tokens before it (prompt, answer so far, this step's earlier drafts) followed by it occur
 in the prompt's text as tokenized without the chat template. Printed: the share kept per band, copy or not, over all
 lanes, and per category for the bands below 0.8. Every lane counts its own drafts, so a position several lanes
@@ -63,7 +64,7 @@ def tally(runs: list[str], n: int, tokenizer=None) -> tuple[dict, dict]:
             if isinstance(ev, StepEvent):
                 steps[ev.lane_id].append(ev)
         for spec in rec.plan.lanes:
-            if spec.lane_id.startswith("warm") or not spec.setup.startswith("draft:"):
+            if spec.lane_id.startswith("warm") or not spec.setup.startswith(("draft:", "hf-assisted:")):
                 continue
             target = parse_setup(spec.setup).target or rec.plan.target  # a lane's @target, else the run's
             if target not in tokenizers:

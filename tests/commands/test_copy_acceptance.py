@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "copy_acceptance.py"
 SETUP = "draft:smollm2-135m-instruct,k=4"
 TEXT = "the quick brown fox jumps over a lazy dog"
 
 
-def _run_file(tmp_path, steps, temperature: float = 0.0) -> str:
+def _run_file(tmp_path, steps, temperature: float = 0.0, setup: str = SETUP) -> str:
     """A real run file (app.worker.runfile): one prompt, the baseline and one draft lane with these literal steps
     (drafted, accepted, emitted, confidences)."""
     from app.core.events import StepEvent
@@ -22,7 +24,7 @@ def _run_file(tmp_path, steps, temperature: float = 0.0) -> str:
     from app.worker.plan import RunPlan
     from app.worker.runfile import RunRecorder, save
 
-    plan = RunPlan("smollm2-135m-instruct", ("baseline", SETUP), (Prompt("s1", TEXT, "summarization"),),
+    plan = RunPlan("smollm2-135m-instruct", ("baseline", setup), (Prompt("s1", TEXT, "summarization"),),
                    Sampling(max_new_tokens=8, temperature=temperature), mode="paced")
     rec = RunRecorder(plan, machine={"label": "t", "cpu": "x"}, t0=0.0)
     lane = plan.lane_id(1, plan.prompts[0])
@@ -33,10 +35,12 @@ def _run_file(tmp_path, steps, temperature: float = 0.0) -> str:
     return str(save(rec.record(), tmp_path / "run.specdeck"))
 
 
-def test_drafts_that_continue_the_prompt_are_counted_apart_by_confidence(tmp_path, smollm2_tokenizer):
+@pytest.mark.parametrize("setup", [SETUP, "hf-assisted:smollm2-135m-instruct"])
+def test_drafts_that_continue_the_prompt_are_counted_apart_by_confidence(tmp_path, smollm2_tokenizer, setup):
     """The answer repeats the prompt: step 0 drafts its first three tokens (q 0.6, all kept) — only the third is
     preceded by two of the prompt's tokens in the prompt's order, so it alone copies; step 1 drafts the fifth (q 0.3,
-    copying, rejected) and one more, untested."""
+    copying, rejected) and one more, untested. transformers' assisted lanes count as SpecDeck's draft lanes do (their
+    confidences are read from the assistant's forwards)."""
     spec = importlib.util.spec_from_file_location("copy_acceptance_under_test", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -44,7 +48,7 @@ def test_drafts_that_continue_the_prompt_are_counted_apart_by_confidence(tmp_pat
     ids = list(smollm2_tokenizer.encode(TEXT, add_special_tokens=False))
     grams = {tuple(ids[i:i + 3]) for i in range(len(ids) - 2)}
     assert len(ids) >= 6 and (ids[-2], ids[-1], ids[0]) not in grams and (ids[-1], ids[0], ids[1]) not in grams
-    path = _run_file(tmp_path, [(ids[:3], 3, ids[:4], [0.6, 0.6, 0.6]), ([ids[4], 7], 0, [9], [0.3, 0.9])])
+    path = _run_file(tmp_path, [(ids[:3], 3, ids[:4], [0.6, 0.6, 0.6]), ([ids[4], 7], 0, [9], [0.3, 0.9])], setup=setup)
     totals, per_cat = tally([path], 2, tokenizer=smollm2_tokenizer)
     assert totals[(1, False)] == [2, 2] and totals[(1, True)] == [1, 1]  # 0.5–0.8: two not copying, one copying; all kept
     assert totals[(0, True)] == [0, 1] and totals[(0, False)] == [0, 0]  # below 0.5: the copying draft, rejected

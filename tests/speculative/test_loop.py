@@ -278,6 +278,9 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
         assert st.drafted == sum(len(e.drafted_ids) for e in steps) > 0 and 0 < st.accepted < st.drafted  # the tiny draft: some kept
         assert st.draft_forwards > 0 and st.t_draft_s > 0 and st.t_verify_s > 0
         assert all(e.t_draft_s > 0 and e.t_verify_s > 0 for e in steps[1:] if e.drafted_ids)
+        # greedy: each draft's confidence, read from the assistant's forward (its top token's probability)
+        assert all(e.draft_probs is not None and len(e.draft_probs) == len(e.drafted_ids) and all(0 < q <= 1 for q in e.draft_probs)
+                   for e in steps if e.drafted_ids)
         if text.endswith("k=3"):
             assert max(len(e.drafted_ids) for e in steps) <= 3
 
@@ -348,6 +351,11 @@ def test_transformers_steps_are_read_from_its_forwards_or_not_at_all():
     # a last chunk cut at the token limit inside the kept drafts: no target token
     (g,) = steps_from_forwards(calls[:3], [(0.55, [7])], prompt, 0.0)
     assert g.accepted == 1 and not g.has_target
+    assert f0.draft_probs is None  # no confidences in the records: none claimed
+    # with the draft forwards' confidences (the hooks' fifth item): one per candidate, else None for that step
+    qcalls = [[*c, q] for c, q in zip(calls, (0.9, 0.8, None, 0.7, None, 0.6, None), strict=True)]
+    h0, h1 = steps_from_forwards(qcalls, chunks, prompt, 0.0)
+    assert list(h0.draft_probs) == [0.9, 0.8] and h1.draft_probs is None  # step 1: one draft's confidence not read
     assert steps_from_forwards(calls, chunks[:1], prompt, 0.0) is None  # a verify without its chunk
     assert steps_from_forwards(calls, [chunks[0], (1.0, [9, 4])], [1, 2, 5], 0.0) is None  # the first verify is not the prompt
     bad = [*calls[:6], ["verify", 0.75, 0.9, [4, 4, 5, 6]]]  # the second verify does not start at the last token
