@@ -150,6 +150,7 @@ class TuneDialog(QDialog):
         self.status.setWordWrap(True)
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["rank", "setup", "predicted", "measured", "meas tok/s", "α", "τ", "why"])
+        self.table.horizontalHeaderItem(0).setToolTip("rank by predicted speedup; the fastest measured setup, the winner, is in bold")
         self.table.horizontalHeader().setSectionResizeMode(7, QHeaderView.ResizeMode.Stretch)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
@@ -283,8 +284,10 @@ class TuneDialog(QDialog):
         prompts = doc.get("prompts", {})
         partial = len(prompts.get("confirmed", [])) < len(prompts.get("calibrated", []))
         self.table.setRowCount(len(rows))
+        winner = (doc.get("winner") or {}).get("setup")
         for r, c in enumerate(rows):
             m = c.get("measured") or {}
+            won = c["setup"] == winner and c.get("rank") is not None  # the table ranks by prediction, the winner is measured
             cells = [str(c["rank"]) if c["rank"] else "", c["setup"], predicted_cell(c, partial),
                      (_num(m.get("speedup")) + "x") if m.get("speedup") else "–", _num(m.get("tokens_per_s"), "{:.1f}"),
                      _num(c.get("alpha")), _num(c.get("tau")), c.get("why", "")]
@@ -297,6 +300,12 @@ class TuneDialog(QDialog):
                                     f"{_num(c.get('predicted_speedup'))}x on all {len(prompts['calibrated'])} calibrated")
                 if col in (0, 2, 3, 4, 5, 6):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if won:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                    if col == 1:
+                        item.setToolTip("fastest here (measured): the winner")
                 self.table.setItem(r, col, item)
         self.table.resizeColumnsToContents()
         self._fit_split()

@@ -29,6 +29,9 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     r = rows.index(head["setup"])
     assert d.table.item(r, 0).text() == str(head["rank"]) and "head levels × c" in d.table.item(r, 7).text()
     assert d.status.text().startswith("fastest here:") and d.summary.toPlainText().startswith("fastest here:")
+    # ranked by prediction; the winner (measured) is the one bold row, whatever its rank
+    bold = [rows[r] for r in range(len(rows)) if d.table.item(r, 1).font().bold()]
+    assert bold == [doc["winner"]["setup"]] and all(d.table.item(rows.index(bold[0]), col).font().bold() for col in range(8))
     # the table and the summary share the height: the table its rows' height, at most 70 %, the summary the rest
     top, bottom = d.split.sizes()
     t = d.table
