@@ -217,8 +217,11 @@ class WorkerClient:
             self._cmd, self._evt = cmd_w, evt_r
         else:
             self._cmd, self._evt = self._start_external(self.python, deadline)
-        self._thread = threading.Thread(target=self._drain, args=(self._evt, self.proc), daemon=True, name="specdeck-drain")
-        self._thread.start()
+        # the drain thread is the client's once started: a stop signal's KeyboardInterrupt landing between the two
+        # would leave stop() a thread it cannot join ("cannot join thread before it is started")
+        drain = threading.Thread(target=self._drain, args=(self._evt, self.proc), daemon=True, name="specdeck-drain")
+        drain.start()
+        self._thread = drain
         held = []
         try:
             while True:
@@ -334,17 +337,22 @@ class WorkerClient:
 
     def send(self, cmd: Command) -> None:
         """Send a command. Raises WorkerDiedError (saying how the worker ended) when it is not running."""
-        if self.proc is not None and not self.proc.is_alive() and self.died is None and self._thread is not None:
-            self._thread.join(2.0)  # let the drain thread record how it ended
+        if self.proc is not None and not self.proc.is_alive() and self.died is None:
+            self._join_drain(2.0)  # let the drain thread record how it ended
         if not self.alive or self._cmd is None:
             raise WorkerDiedError(self.died.message if self.died else "worker is not running", fix="start a new run to restart the worker")
         try:
             self._cmd.send(cmd)
         except (BrokenPipeError, OSError):
-            if self._thread is not None:
-                self._thread.join(2.0)
+            self._join_drain(2.0)
             msg = self.died.message if self.died else "worker process is gone"
             raise WorkerDiedError(msg, fix="start a new run to restart the worker") from None
+
+    def _join_drain(self, timeout: float) -> None:
+        """Wait up to `timeout` for the drain thread to end, if it was started (a start interrupted by a stop signal
+        may have left none)."""
+        if self._thread is not None and self._thread.ident is not None:
+            self._thread.join(timeout)
 
     def get(self, timeout: float | None = None):
         """Next event (raises queue.Empty after `timeout` seconds)."""
@@ -370,8 +378,7 @@ class WorkerClient:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(2.0)
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
+        self._join_drain(2.0)
         for c in (self._cmd, self._evt):
             try:
                 if c is not None:

@@ -291,6 +291,38 @@ def test_an_interrupt_inside_the_spawn_leaves_no_worker_and_the_client_usable(mo
         c.stop()
 
 
+def test_an_interrupt_before_the_drain_thread_starts_leaves_stop_working(monkeypatch):
+    """The same signal landing just after the spawn, as the client starts the thread that drains the worker's events
+    (seen about once in ten runs of the finder dialog's stop test: stop() raised "cannot join thread before it is
+    started" and the finder exited 1 with a traceback). Aimed by a Thread whose start raises for the drain thread:
+    stop() ends the spawned worker without raising, and the next start brings up a real one."""
+    import threading
+
+    import app.worker.client as client_mod
+
+    class Interrupted(threading.Thread):
+        def start(self):
+            if self.name == "specdeck-drain":
+                raise KeyboardInterrupt
+            super().start()
+
+    c = WorkerClient()
+    monkeypatch.setattr(client_mod.threading, "Thread", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        c.start()
+    monkeypatch.undo()
+    proc = c.proc
+    assert proc is not None  # spawned before the interrupt
+    c.stop()
+    assert proc.exitcode is not None  # ended, not orphaned
+    try:
+        c.start()
+        c.send(Ping("after"))
+        until(c, Pong, 10)
+    finally:
+        c.stop()
+
+
 def test_a_worker_stopped_while_it_starts_is_ended_at_once():
     """stop() before WorkerReady: nothing to save, so no grace for a Shutdown the worker only reads once started."""
     import multiprocessing as mp
