@@ -174,8 +174,9 @@ class TelemetrySampler:
             return
         self._stop.clear()
         self._wake.clear()
-        self._thread = threading.Thread(target=self._run, name="specdeck-telemetry", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, name="specdeck-telemetry", daemon=True)
+        thread.start()
+        self._thread = thread  # only once started: stop() joins it (a stop signal may land in between)
 
     def _run(self) -> None:
         period = 1.0 / self.rate_hz
