@@ -258,6 +258,16 @@ def test_a_fixed_draft_lane_sends_its_drafts_cached_profile_and_measures_none(ti
     assert run_lane() == sorted([target.name, draft.name])
 
 
+def _comes_back_up(c: WorkerClient) -> None:
+    """The client's next start brings up a real worker that answers, then stops it."""
+    try:
+        c.start()
+        c.send(Ping("after"))
+        until(c, Pong, 10)
+    finally:
+        c.stop()
+
+
 @pytest.mark.parametrize("when", ["before the fork", "after the fork"])
 def test_an_interrupt_inside_the_spawn_leaves_no_worker_and_the_client_usable(monkeypatch, when):
     """A stop signal's KeyboardInterrupt can land inside multiprocessing's Process.start (the finder's dialog stops it
@@ -283,12 +293,7 @@ def test_an_interrupt_inside_the_spawn_leaves_no_worker_and_the_client_usable(mo
     for proc in started:  # the child that was forked is gone, not orphaned
         assert proc.exitcode is not None
     monkeypatch.undo()
-    try:
-        c.start()
-        c.send(Ping("after"))
-        until(c, Pong, 10)
-    finally:
-        c.stop()
+    _comes_back_up(c)
 
 
 def test_an_interrupt_before_the_drain_thread_starts_leaves_stop_working(monkeypatch):
@@ -315,12 +320,7 @@ def test_an_interrupt_before_the_drain_thread_starts_leaves_stop_working(monkeyp
     assert proc is not None  # spawned before the interrupt
     c.stop()
     assert proc.exitcode is not None  # ended, not orphaned
-    try:
-        c.start()
-        c.send(Ping("after"))
-        until(c, Pong, 10)
-    finally:
-        c.stop()
+    _comes_back_up(c)
 
 
 def test_a_worker_stopped_while_it_starts_is_ended_at_once():
