@@ -783,17 +783,21 @@ def render(doc: dict, top: int = 12) -> str:
         return f.format(x) if isinstance(x, (int, float)) and x is not None and math.isfinite(x) else "–"
 
     partial = len(doc["prompts"]["confirmed"]) < len(doc["prompts"]["calibrated"])
+    winner = (doc.get("winner") or {}).get("setup")
     for c in shown:
         m = c["measured"] or {}
-        lines.append(f"{c['rank']:>4}  {c['setup']:<{w}}  {predicted_cell(c, partial, 'tokens_per_s'):>10} {predicted_cell(c, partial):>7}  "
+        rank = ("►" if c["setup"] == winner else "") + str(c["rank"])  # ranked by prediction; ► the winner, measured
+        lines.append(f"{rank:>4}  {c['setup']:<{w}}  {predicted_cell(c, partial, 'tokens_per_s'):>10} {predicted_cell(c, partial):>7}  "
                      f"{num(m.get('tokens_per_s'), '{:.1f}'):>10} {(num(m.get('speedup')) + 'x') if m else '–':>7}  "
                      f"{num(c['alpha']):>5} {num(c['tau']):>5}  {c['why']}")
     for e in doc["other_measured"]:
         m = e["measured"]
-        lines.append(f"{'':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
+        lines.append(f"{'►' if e['setup'] == winner else '':>4}  {e['setup']:<{w}}  {'':>10} {'':>7}  {num(m.get('tokens_per_s'), '{:.1f}'):>10} {num(m.get('speedup')) + 'x':>7}  "
                      f"{num(m.get('alpha')):>5} {num(m.get('tau')):>5}  {e.get('why') or measured_only_why(e['setup'])}")
     if any(c["measured"] for c in shown) and partial_note(doc):
         lines.append(partial_note(doc))
+    if winner and any(x["setup"] == winner for x in [*shown, *doc["other_measured"]]):
+        lines.append("► the winner, the fastest measured (the table ranks by predicted speedup)")
     if doc["winner"]:
         lines += ["", *headline(doc)]
     if doc["winners_by_category"]:

@@ -85,6 +85,9 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert ("machine speed: the baseline ran" in out) == (abs(speed["ratio"] - 1) > 0.05)
     # the table and the progress lines
     assert "fastest here:" in out and "winner per category:" in out and "break-even on this machine:" in out
+    # the table ranks by prediction; the winner (measured) is the one row marked ►, explained under the table
+    marked = [x for x in out.splitlines() if x.lstrip().startswith("►") and not x.startswith("► the winner")]
+    assert len(marked) == 1 and doc["winner"]["setup"] in marked[0] and "► the winner, the fastest measured" in out
     assert "tune [" in out and "calibration: prompt 3 of 3 (qa-1)" in out
 
 
