@@ -287,7 +287,7 @@ class TuneDialog(QDialog):
         winner = (doc.get("winner") or {}).get("setup")
         for r, c in enumerate(rows):
             m = c.get("measured") or {}
-            won = c["setup"] == winner and c.get("rank") is not None  # the table ranks by prediction, the winner is measured
+            won = c["setup"] == winner  # the table ranks by prediction, the winner is measured
             cells = [str(c["rank"]) if c["rank"] else "", c["setup"], predicted_cell(c, partial),
                      (_num(m.get("speedup")) + "x") if m.get("speedup") else "–", _num(m.get("tokens_per_s"), "{:.1f}"),
                      _num(c.get("alpha")), _num(c.get("tau")), c.get("why", "")]

@@ -252,8 +252,6 @@ def main() -> int:
     def said(x: dict) -> str:
         return ("q ?" if x["q"] is None else f"q {x['q']:.2f}") + (" kept" if x["kept"] else " rejected")
 
-    hf_lane = "hf-assisted's"
-
     def first(d: dict, other: str = "the fixed lane's") -> str:
         f = d["first"]
         return f"token {f['position']}: k=auto's draft {said(f['auto'])}, {other} {said(f['fixed'])}"
@@ -270,9 +268,9 @@ def main() -> int:
         print(f"\nk=auto below hf-assisted on {len(below_hf)} of {len(out_prompts)} prompts (pooled walls); "
               f"lowest speedup over the baseline {min(r['speedup'] for r in out_prompts):.2f}x")
         if any("hf_parting" in r for r in below_hf):
-            luck = [r for r in below_hf if r["hf_parting"]["against"] > r["hf_parting"]["for_auto"]]
-            print(f"On {len(luck)} of them the draft itself went against k=auto, as above, against hf-assisted's lane"
-                  + "".join(f"\n  {r['prompt']} {r['vs_hf']:.3f} ({first(r['hf_parting'], hf_lane)})" for r in luck))
+            luck = [r for r in below_hf if "hf_parting" in r and r["hf_parting"]["against"] > r["hf_parting"]["for_auto"]]
+            cases = "".join(f"\n  {r['prompt']} {r['vs_hf']:.3f} (" + first(r["hf_parting"], "hf-assisted's") + ")" for r in luck)
+            print(f"On {len(luck)} of them the draft itself went against k=auto, as above, against hf-assisted's lane{cases}")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(reports=args.reports, auto=auto, fixed=fixed, hf=hf, level=LEVEL, max_wait=args.max_wait,
                                                    left_out=[dict(run=j + 1, prompt=p, wait_share=waited[(j, p)]) for j, p in left_out],
