@@ -13,7 +13,9 @@ Per category and overall it prints:
   (scipy.stats.bootstrap, paired: a resample draws whole prompts, every setup's wall of that prompt together, and
   picks the best fixed setup again; none below MIN_UNITS prompts, as with the 3 a category of `specbench`), and the
   same ratio in each run alone — with few prompts, how far the runs differ is the measure of how sure;
-  and k=auto against hf-assisted there (Σ wall_hf ÷ Σ wall_auto over the category's prompts, pooled);
+  k=auto against hf-assisted there (Σ wall_hf ÷ Σ wall_auto over the category's prompts, pooled); and k=auto
+  against hand tuning (`÷ tuned`): on each prompt the fixed setup that was best on the category's other prompts
+  (:func:`hand_tuned`), as a user tunes on the prompts they have and runs the next one;
 * then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline, pooled.
 
 Run files (`bench --record RUN.specdeck`) can stand for their reports: they hold each lane's steps too, so each prompt
@@ -82,6 +84,21 @@ def best_fixed_interval(fixed: np.ndarray, auto: np.ndarray, seed: int = 0) -> t
         res = bootstrap((np.arange(auto.size, dtype=float),), stat, vectorized=True, confidence_level=LEVEL, n_resamples=4000,
                         method="percentile", rng=np.random.default_rng(seed))
     return value, min(value, float(res.confidence_interval.low)), max(value, float(res.confidence_interval.high))
+
+
+def hand_tuned(prompts: list[str], cats: dict[str, str], fixed: list[str], wall) -> dict[str, str]:
+    """Hand tuning as a user does it, per prompt: the fixed setup with the least wall (`wall(setup, prompts)`: summed
+    over them) on the *other* prompts of its category — on every other prompt where the category has none — to run on
+    this one. The best fixed setup picked on the prompt itself is hindsight: the best of 15 measurements, each with its
+    noise and each prompt's luck in where the draft errs, which no rule deciding before the target's verdicts can
+    match on every prompt. Empty with fewer than two prompts."""
+    if len(prompts) < 2:
+        return {}
+    out = {}
+    for p in prompts:
+        others = [q for q in prompts if q != p and cats.get(q) == cats.get(p)] or [q for q in prompts if q != p]
+        out[p] = min(fixed, key=lambda s: wall(s, others))
+    return out
 
 
 def _run_file(path: str) -> tuple[dict, dict[tuple[str, str, int], list]]:
@@ -202,8 +219,9 @@ def main() -> int:
     groups = [("all", prompts), *((c, [p for p in prompts if cats.get(p) == c]) for c in dict.fromkeys(cats[p] for p in prompts))]
     out_cats = []
     print(f"{'category':<14} {'n':>2}  {'k=auto ÷ best fixed':>19}  {int(LEVEL * 100)}% interval   best fixed (pooled)      "
-          f"{'÷ hf':>6}  per run")
+          f"{'÷ hf':>6}" + ("  ÷ tuned" if len(prompts) > 1 else "") + "  per run")
     with_hf = {p for p in prompts if hf is not None and all((j, p) in walls[hf] for j in runs_of[p])}
+    tuned = hand_tuned(prompts, cats, fixed, lambda s, ps: float(pooled(s, ps).sum()))
     for name, ps in groups:
         f = np.stack([pooled(s, ps) for s in fixed])
         value, lo, hi = best_fixed_interval(f, pooled(auto, ps))
@@ -214,11 +232,12 @@ def main() -> int:
             per_run.append(float(np.stack([pooled(s, ps, i) for s in fixed]).sum(axis=1).min() / a.sum()) if a.size else None)
         hs = [p for p in ps if p in with_hf]
         vs_hf = float(pooled(hf, hs).sum() / pooled(auto, hs).sum()) if hf is not None and hs == ps else None
+        vs_tuned = float(sum(pooled(tuned[p], [p]).sum() for p in ps) / pooled(auto, ps).sum()) if tuned else None
         out_cats.append(dict(category=name, prompts=len(ps), ratio=value, lo=lo if np.isfinite(lo) else None,
-                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run, vs_hf=vs_hf))
+                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run, vs_hf=vs_hf, vs_hand_tuned=vs_tuned))
         span = f"{lo:>5.3f}–{hi:<5.3f}" if np.isfinite(lo) else f"{'–':^11}"
         print(f"{name:<14} {len(ps):>2}  {value:>19.3f}  {span}   {best.split(',', 1)[1]:<24} "
-              + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + "  "
+              + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + (f"  {vs_tuned:>7.3f}" if tuned else "") + "  "
               + " ".join("  –  " if x is None else f"{x:.3f}" for x in per_run))
 
     parted_head = ("   draft parted from the best fixed lane (hf: from hf-assisted's): positions differing/shared, against/for k=auto"
@@ -232,6 +251,8 @@ def main() -> int:
         best_name = min(fixed, key=lambda s: sum(walls[s][(j, p)] for j in js))
         best_f = sum(walls[best_name][(j, p)] for j in js)
         row = dict(prompt=p, category=cats.get(p), runs=len(js), speedup=b / a, vs_best_fixed=best_f / a, best_fixed=best_name)
+        if tuned:
+            row["hand_tuned"], row["vs_hand_tuned"] = tuned[p], sum(walls[tuned[p]][(j, p)] for j in js) / a
         below = ""
         if hf is not None and all((j, p) in walls[hf] for j in js):
             row["vs_hf"] = sum(walls[hf][(j, p)] for j in js) / a

@@ -10,7 +10,9 @@ For each backend (PyTorch: the fp32 Qwen2.5-Coder 1.5B target with the 0.5B draf
    the baseline's last 40 steps alone);
 3. the checks: the pick ≥ 0.95x the grid's best measured speedup; each confirmed candidate's predicted speedup within
    10 % of its measured one (from the finder's own confirmation run); `k=auto` ≥ 0.95x the best fixed setting in
-   every category and ≥ 0.97x the baseline; `k=auto` ≥ hf-assisted on every prompt. Beside the measured per-category
+   every category and ≥ 0.97x the baseline; `k=auto` ≥ hf-assisted on every prompt. Beside it, k=auto against hand
+   tuning as a user does it (`hand_tuned_by_category`: each prompt run with the fixed setup fastest on the other
+   prompts of its category), and every lane's wall per prompt (`walls_by_prompt`). Beside the measured per-category
    ratio, the same ratio as the finder priced it (`priced_by_category`): k=auto replayed and every fixed setup priced
    on one set of calibration records, so that a category of one prompt is not judged on one bench run's noise and on
    the best of 15 noisy measurements picked after the fact alone.
@@ -138,6 +140,32 @@ def priced_by_category(tune: dict, fixed: list[str], auto: str) -> dict[str, dic
     return out
 
 
+def hand_tuned_by_category(bench: dict, fixed: list[str], auto: str) -> dict[str, dict]:
+    """k=auto against hand tuning, measured: on each prompt the fixed setup of the grid that was fastest on the other
+    prompts of its category (on every other prompt where it has none: kauto_verdict.hand_tuned), as a user tunes on
+    the prompts they have and runs the next one — {category or "all": {auto, hand_tuned (speedups), ratio, picks}};
+    the best fixed setup picked on the category's own prompts is the other column. Labels as the bench prints them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kauto_verdict import hand_tuned
+
+    walls: dict[str, dict[str, float]] = {}
+    for r in bench["runs"]:
+        w = walls.setdefault(r["setup"], {})
+        w[r["prompt_id"]] = w.get(r["prompt_id"], 0.0) + float(r["wall_s"])
+    cats = bench.get("categories") or {}
+    have = [s for s in fixed if s in walls]
+    ids = [p for p in walls.get("baseline", {}) if p in walls.get(auto, {}) and all(p in walls[s] for s in have)]
+    tuned = hand_tuned(ids, cats, have, lambda s, ps: sum(walls[s][p] for p in ps)) if have else {}
+    out: dict[str, dict] = {}
+    for name, group in [("all", ids), *((c, [p for p in ids if cats.get(p) == c]) for c in dict.fromkeys(cats.get(p) for p in ids))]:
+        if not tuned or not group:
+            continue
+        base = sum(walls["baseline"][p] for p in group)
+        a, h = base / sum(walls[auto][p] for p in group), base / sum(walls[tuned[p]][p] for p in group)
+        out[name or "?"] = {"auto": a, "hand_tuned": h, "ratio": a / h, "picks": sorted({tuned[p] for p in group})}
+    return out
+
+
 def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | None, pick: str | None) -> dict:
     from app.core.setups import parse_setup
 
@@ -160,7 +188,10 @@ def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | 
                  "ratio_to_grid_best": summ[lab[pick]]["speedup"] / best if pick else None, "finder_wall_s": tune["wall_s"]},
         "auto": {"speedup": summ[lab[auto]]["speedup"], "by_category": auto_cat,
                  "ratio_to_best_fixed_by_category": {c: auto_cat.get(c, 0.0) / best_cat[c] for c in cats if best_cat[c]},
-                 "priced_by_category": priced_by_category(tune, fixed, auto)},
+                 "priced_by_category": priced_by_category(tune, fixed, auto),
+                 "hand_tuned_by_category": hand_tuned_by_category(bench, [lab[s] for s in fixed], lab[auto])},
+        "walls_by_prompt": {s: {r["prompt_id"]: r["wall_s"] for r in bench["runs"] if r["setup"] == s}
+                            for s in dict.fromkeys(r["setup"] for r in bench["runs"])},
         "predicted_vs_measured": [
             {"setup": c["setup"], "predicted": _pred(c), "measured": c["measured"]["speedup"], "error": _pred(c) / c["measured"]["speedup"] - 1.0}
             for c in tune["candidates"] if c.get("measured") and c["measured"].get("speedup")],
@@ -175,6 +206,9 @@ def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | 
           f"({(res['pick']['ratio_to_grid_best'] or float('nan')):.2f} of the grid's best; finder took {tune['wall_s']:.0f} s)")
     print(f"k=auto: {res['auto']['speedup']:.2f}x; per category vs the best fixed: "
           + ", ".join(f"{c} {r:.2f}" for c, r in res["auto"]["ratio_to_best_fixed_by_category"].items()))
+    if ht := res["auto"]["hand_tuned_by_category"]:
+        print("k=auto against hand tuning (each prompt run with the fixed setup fastest on the category's other prompts): "
+              + ", ".join(f"{c} {v['ratio']:.2f}" for c, v in ht.items()))
     if pr := res["auto"]["priced_by_category"]:
         print("k=auto priced on the finder's calibration (no timing noise), per category vs the best fixed priced there: "
               + ", ".join(f"{c} {v['ratio']:.2f}" for c, v in pr.items() if v["ratio"] is not None))

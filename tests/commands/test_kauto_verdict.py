@@ -45,6 +45,25 @@ def test_the_verdict_pools_runs_and_leaves_out_what_waited(tmp_path):
     assert "k=auto below hf-assisted on 1 of 3 prompts" in r.stdout and "left out, a lane waited for a CPU: m1 (30%)" in r.stdout
 
 
+def test_hand_tuning_picks_each_prompts_setup_on_the_other_prompts_of_its_category(tmp_path):
+    """`÷ tuned`: on c1 the setup best on c2 (k=8), on c2 the one best on c1 (k=16) — not the best on the prompt itself;
+    m1, alone in its category, gets the setup best on every other prompt (c1 + c2: k=16 9 s against k=8's 10 s)."""
+    walls = {"baseline": {"c1": 10.0, "c2": 10.0, "m1": 10.0}, K8: {"c1": 6.0, "c2": 4.0, "m1": 4.0},
+             K16: {"c1": 3.0, "c2": 6.0, "m1": 5.0}, AUTO: {"c1": 5.0, "c2": 5.0, "m1": 5.0}}
+    out = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), _report(tmp_path / "a.json", walls), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    v = json.loads(out.read_text())
+    by = {p["prompt"]: p for p in v["prompts"]}
+    assert (by["c1"]["hand_tuned"], by["c2"]["hand_tuned"], by["m1"]["hand_tuned"]) == (K8, K16, K16)
+    assert by["c1"]["vs_hand_tuned"] == pytest.approx(6.0 / 5.0) and by["m1"]["vs_hand_tuned"] == pytest.approx(1.0)
+    cats = {c["category"]: c for c in v["categories"]}
+    # coding: hand-tuned 6 + 6 s against k=auto's 5 + 5 s; against the hindsight best (k=16 on both, 9 s) 0.9
+    assert cats["coding"]["vs_hand_tuned"] == pytest.approx(1.2) and cats["coding"]["ratio"] == pytest.approx(0.9)
+    assert cats["all"]["vs_hand_tuned"] == pytest.approx(17.0 / 15.0) and "÷ tuned" in r.stdout
+
+
 def test_a_run_where_every_prompt_waited_says_how_to_judge_it(tmp_path):
     """A busy machine's run (every prompt has a lane that waited for a CPU): one clear error naming --max-wait, not a
     traceback; with --max-wait 1 it is judged on its walls."""
