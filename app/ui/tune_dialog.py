@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.commands.tune import headline, measured_only_why, partial_note, predicted_cell, speed_note, verify_note
+from app.commands.tune import category_figures, headline, measured_only_why, partial_note, predicted_cell, speed_note, verify_note
 
 __all__ = ["TuneDialog", "winner_lanes", "command_line"]
 
@@ -313,8 +313,7 @@ class TuneDialog(QDialog):
         if partial and any(c.get("measured") and c.get("rank") for c in rows):
             lines.append(partial_note(doc))
         for cat, x in doc.get("winners_by_category", {}).items():
-            ms = f", measured {x['measured_speedup']:.2f}x" if x.get("measured_speedup") else ""
-            lines.append(f"{cat or '(none)'}: {x['setup']} (predicted {_num(x.get('predicted_speedup'))}x{ms})")
+            lines.append(f"{cat or '(none)'}: {x['setup']} ({category_figures(x)})")
         lines += [f"break-even: {t}" for t in doc.get("break_even_text", [])]
         lines += [note for note in (verify_note(doc), speed_note(doc)) if note]
         if doc.get("not_tried"):

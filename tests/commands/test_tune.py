@@ -60,6 +60,9 @@ def test_tune_calibrates_prices_confirms_and_explains(tune_report):
     assert doc["winner"]["by"] == "measured" and doc["winner"]["speedup"] == max(
         [c["measured"]["speedup"] for c in measured] + [e["measured"]["speedup"] for e in doc["other_measured"]])
     assert set(doc["winners_by_category"]) == {"coding", "editing", "qa"}
+    # one prompt a category: each winner line says so (a winner of one prompt is that prompt's)
+    assert all(x["prompts"] == 1 for x in doc["winners_by_category"].values())
+    assert sum(1 for x in out.splitlines() if x.startswith("  ") and x.rstrip().endswith("on 1 prompt")) == 3
     assert doc["break_even_text"] and all("beat" in t or "verify" in t for t in doc["break_even_text"])
     # dynamic trees: priced from their own calibration lane (every tree up to 32 nodes, depth 6, branch 4 at once), the
     # best confirmed by a real run; the static trees' ranks come from the chain calibration

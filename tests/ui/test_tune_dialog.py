@@ -41,6 +41,9 @@ def test_the_report_fills_the_table_and_the_winners_become_lanes(qtbot, fake_win
     summary = d.summary.toPlainText().splitlines()
     not_tried = summary[summary.index("not tried:") + 1:]  # one line each, to the end
     assert "break-even:" in d.summary.toPlainText() and any("redrafter:tiny-misfit did not run" in x for x in not_tried)
+    for cat, x in doc["winners_by_category"].items():  # each category's winner, and on how many prompts it won
+        n = x["prompts"]
+        assert any(y.startswith(f"{cat}: {x['setup']} (predicted ") and y.endswith(f" on {n} prompt{'s' if n != 1 else ''})") for y in summary)
     assert all(x.startswith("  • ") for x in not_tried)
     dyn = next(c for c in doc["candidates"] if c["kind"] == "tree" and not c["shape"])  # the best dynamic tree: priced and confirmed
     assert dyn["measured"] and rows.index(dyn["setup"]) >= 0
