@@ -72,7 +72,8 @@ class _Forwards:
                 call[2] = self.clock()
                 logits = getattr(output, "logits", None)
                 if role == "draft" and self.confidence and logits is not None:
-                    call[4] = float(torch.softmax(logits[0, -1].float(), dim=-1).max())
+                    last = logits[0, -1].float()
+                    call[4] = float((last.max() - torch.logsumexp(last, dim=-1)).exp())  # its top probability, no softmax copy
 
         self._handles += [model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post)]
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # kauto_verdict.hand_tuned
 
 from app.core.costs import machine_summary  # noqa: E402
 from app.core.prompts import load_jsonl, load_suite  # noqa: E402
@@ -140,18 +141,23 @@ def priced_by_category(tune: dict, fixed: list[str], auto: str) -> dict[str, dic
     return out
 
 
+def walls_by_prompt(bench: dict) -> dict[str, dict[str, float]]:
+    """setup → prompt → the lane's wall in seconds (summed over repeats), as the bench labels setups."""
+    walls: dict[str, dict[str, float]] = {}
+    for r in bench["runs"]:
+        w = walls.setdefault(r["setup"], {})
+        w[r["prompt_id"]] = w.get(r["prompt_id"], 0.0) + float(r["wall_s"])
+    return walls
+
+
 def hand_tuned_by_category(bench: dict, fixed: list[str], auto: str) -> dict[str, dict]:
     """k=auto against hand tuning, measured: on each prompt the fixed setup of the grid that was fastest on the other
     prompts of its category (on every other prompt where it has none: kauto_verdict.hand_tuned), as a user tunes on
     the prompts they have and runs the next one — {category or "all": {auto, hand_tuned (speedups), ratio, picks}};
     the best fixed setup picked on the category's own prompts is the other column. Labels as the bench prints them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from kauto_verdict import hand_tuned
 
-    walls: dict[str, dict[str, float]] = {}
-    for r in bench["runs"]:
-        w = walls.setdefault(r["setup"], {})
-        w[r["prompt_id"]] = w.get(r["prompt_id"], 0.0) + float(r["wall_s"])
+    walls = walls_by_prompt(bench)
     cats = bench.get("categories") or {}
     have = [s for s in fixed if s in walls]
     ids = [p for p in walls.get("baseline", {}) if p in walls.get(auto, {}) and all(p in walls[s] for s in have)]
@@ -190,8 +196,7 @@ def check(bench: dict, tune: dict, fixed: list[str], auto: str, assisted: str | 
                  "ratio_to_best_fixed_by_category": {c: auto_cat.get(c, 0.0) / best_cat[c] for c in cats if best_cat[c]},
                  "priced_by_category": priced_by_category(tune, fixed, auto),
                  "hand_tuned_by_category": hand_tuned_by_category(bench, [lab[s] for s in fixed], lab[auto])},
-        "walls_by_prompt": {s: {r["prompt_id"]: r["wall_s"] for r in bench["runs"] if r["setup"] == s}
-                            for s in dict.fromkeys(r["setup"] for r in bench["runs"])},
+        "walls_by_prompt": walls_by_prompt(bench),
         "predicted_vs_measured": [
             {"setup": c["setup"], "predicted": _pred(c), "measured": c["measured"]["speedup"], "error": _pred(c) / c["measured"]["speedup"] - 1.0}
             for c in tune["candidates"] if c.get("measured") and c["measured"].get("speedup")],
