@@ -665,8 +665,11 @@ def build_report(f: Finder, records: list, ranked: list, measured: dict[str, dic
         not_tried.append(f"confirmed on {len(conf.prompts_done)} of {len(cal.prompts_done)} calibrated prompts (time budget)")
     if conf is None:
         not_tried.append("no setup confirmed by a real run" + (f" ({f.stopped})" if f.stopped else " (time budget)"))
+    a = f.args
     return {
         "target": f.target.name,
+        "request": {"drafts": list(a.draft or []), "kinds": list(f.kinds), "suite": a.suite, "prompts_file": a.prompts,
+                    "prompts_given": len(a.prompt or []), "minutes": float(a.minutes), "max_new_tokens": f.sampling.max_new_tokens},
         "machine": machine_summary(),
         "sampling": {"temperature": f.sampling.temperature, "seed": f.sampling.seed, "max_new_tokens": f.sampling.max_new_tokens},
         "budget_s": f.budget_s,

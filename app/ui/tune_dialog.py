@@ -5,7 +5,9 @@ cleanly: SIGTERM makes `tune` report what it measured so far. A finder that has 
 (frozen: kill -STOP, or hung) is killed, and the dialog says so. Its progress lines (``tune [ 42%] …``) drive the
 progress bar; its JSON report fills the table — predicted and measured speedups, α, τ and why each setup wins or
 loses — the winner per category and the break-even line, which also goes to the Costs tab. "Use as lanes" puts the
-baseline, the winner and the category winners in the window's lanes with one click.
+baseline, the winner and the category winners in the window's lanes with one click. "Open report…" shows a report
+written earlier (`tune --json PATH`, e.g. on a machine without a display) the same way; the form then shows what that
+report asked for (its `request`), so that Start measures it again here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
@@ -41,7 +44,7 @@ from PySide6.QtWidgets import (
 
 from app.commands.tune import category_figures, headline, measured_only_why, partial_note, predicted_cell, speed_note, verify_note
 
-__all__ = ["TuneDialog", "winner_lanes", "command_line"]
+__all__ = ["TuneDialog", "winner_lanes", "command_line", "read_report"]
 
 _PROGRESS = re.compile(r"^tune \[\s*(\d+)%\] (.*)$")
 _ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +69,21 @@ def winner_lanes(doc: dict, most: int = 4) -> list[str]:
     for x in doc.get("winners_by_category", {}).values():
         out.append(x["setup"])
     return list(dict.fromkeys(out))[:most]
+
+
+def read_report(path: str | Path) -> dict:
+    """A finder report (`python -m app tune --json PATH`) from a file; ValueError with one line saying what is wrong
+    with it and how to get one (a file that cannot be read, is not JSON, or is not a finder report)."""
+    how = "write one with python -m app tune --target ENGINE --json PATH"
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ValueError(f"{Path(path).name} is not JSON ({e}); {how}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("candidates"), list) or not isinstance(doc.get("target"), str):
+        raise ValueError(f"{Path(path).name} is not a setup finder report (no target and candidates); {how}")
+    return doc
 
 
 def _num(x, fmt: str = "{:.2f}") -> str:
@@ -139,8 +157,11 @@ class TuneDialog(QDialog):
         self.use_btn.setEnabled(False)
         self.use_btn.setToolTip("the baseline, the winner and each category's winner become the window's lanes")
         self.use_btn.clicked.connect(self._use)
+        self.open_btn = QPushButton("Open report…")
+        self.open_btn.setToolTip("show a report written earlier by python -m app tune --json PATH")
+        self.open_btn.clicked.connect(self._choose_report)
         buttons = QHBoxLayout()
-        for b in (self.start_btn, self.stop_btn, self.use_btn):
+        for b in (self.start_btn, self.stop_btn, self.use_btn, self.open_btn):
             buttons.addWidget(b)
         buttons.addStretch(1)
         self.progress = QProgressBar()
@@ -203,6 +224,7 @@ class TuneDialog(QDialog):
         p.errorOccurred.connect(self._error)
         self.proc = p
         self.start_btn.setEnabled(False)
+        self.open_btn.setEnabled(False)
         self.stop_btn.setEnabled(True)
         self.use_btn.setEnabled(False)
         self.status.setText("Starting the finder…")
@@ -271,12 +293,62 @@ class TuneDialog(QDialog):
             self.proc.deleteLater()
         self.proc = None
         self.start_btn.setEnabled(True)
+        self.open_btn.setEnabled(True)
         self.stop_btn.setEnabled(False)
 
     # --- the report ---------------------------------------------------------------------------------------------
+    def _choose_report(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a setup finder report", "", "Finder reports (*.json);;All files (*)")
+        if path:
+            self.open_report(path)
+
+    def open_report(self, path: str | Path) -> bool:
+        """Show the finder report at `path` (not while a finder runs); False, with the reason in the status line,
+        where it cannot be shown."""
+        if self.proc is not None:
+            self.status.setText("A finder is running: stop it before opening a report.")
+            return False
+        try:
+            doc = read_report(path)
+        except ValueError as e:
+            self.status.setText(f"Not opened: {e}.")
+            return False
+        self.progress.setValue(0)
+        self.show_report(doc)
+        text = f"{Path(path).name}: {headline(doc)[0]}."
+        if doc["target"] != self.target:
+            text += (f" This report is for {doc['target']}; the window's target is {self.target}: its speeds are that target's, "
+                     "and Start measures this one.")
+        req = doc.get("request") if isinstance(doc.get("request"), dict) else {}
+        if req.get("prompts_file") or req.get("prompts_given"):
+            text += (f" It ran on {'prompts from ' + str(req['prompts_file']) if req.get('prompts_file') else 'prompts given on its command line'}; "
+                     "Start runs the suite chosen here.")
+        self.status.setText(text)
+        return True
+
+    def follow(self, request: dict) -> None:
+        """Set the form to what a report asked for (its `request`): drafts, kinds, suite, budget and tokens; a field
+        the report does not give, or a suite this install does not have, keeps its value."""
+        if isinstance(request.get("drafts"), list):
+            self.drafts_edit.setText(", ".join(str(d) for d in request["drafts"]))
+        kinds = request.get("kinds")
+        if isinstance(kinds, list) and any(k in self.kind_checks for k in kinds):
+            for k, cb in self.kind_checks.items():
+                cb.setChecked(k in kinds)
+        suite = request.get("suite")
+        if isinstance(suite, str) and self.suite_box.findText(suite) >= 0:
+            self.suite_box.setCurrentText(suite)
+        for spin, key in ((self.minutes_spin, "minutes"), (self.tokens_spin, "max_new_tokens")):
+            x = request.get(key)
+            if isinstance(x, (int, float)) and math.isfinite(x):
+                spin.setValue(x if isinstance(spin, QDoubleSpinBox) else int(x))
+
     def show_report(self, doc: dict) -> None:
-        """Fill the table (confirmed setups and the best priced ones, ranked), the summary, and offer the lanes."""
+        """Fill the table (confirmed setups and the best priced ones, ranked), the summary, and offer the lanes; the
+        form follows the report's request (:meth:`follow`)."""
         self.doc = doc
+        if isinstance(doc.get("request"), dict):
+            self.follow(doc["request"])
         rows = [c for c in doc.get("candidates", []) if c.get("measured")] + [c for c in doc.get("candidates", [])[:12] if not c.get("measured")]
         rows.sort(key=lambda c: c["rank"])
         rows += [dict(rank=None, setup=e["setup"], predicted_speedup=None, measured=e["measured"], alpha=e["measured"].get("alpha"),

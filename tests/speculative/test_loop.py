@@ -281,6 +281,16 @@ def test_reference_lanes_match_the_baseline_and_leave_the_draft_config_alone(tin
         # greedy: each draft's confidence, read from the assistant's forward (its top token's probability)
         assert all(e.draft_probs is not None and len(e.draft_probs) == len(e.drafted_ids) and all(0 < q <= 1 for q in e.draft_probs)
                    for e in steps if e.drafted_ids)
+        # … and each is the draft's own probability of that token after that prefix (a full forward here, no cache):
+        # a confidence read at the wrong position, or of another token, is still in (0, 1] and fails this
+        prefix = list(ids)
+        with torch.no_grad():
+            for e in steps:
+                for j, (tok, q) in enumerate(zip(e.drafted_ids, e.draft_probs or (), strict=False)):
+                    logits = draft.model(torch.tensor([prefix + list(e.drafted_ids[:j])])).logits[0, -1].float()
+                    assert q == pytest.approx(float(logits.softmax(-1)[tok]), rel=1e-3, abs=1e-7), (text, e.step, j, q)
+                    assert tok == int(logits.argmax())  # greedy: the draft's best token
+                prefix += list(e.emitted_ids)
         if text.endswith("k=3"):
             assert max(len(e.drafted_ids) for e in steps) <= 3
 

@@ -103,3 +103,48 @@ def test_command_line_and_the_busy_window(qtbot):
     assert args[:3] == ["-m", "app", "tune"] and args.count("--draft") == 2 and "2.5" in args and "/x.json" in args
     assert winner_lanes({"winner": {"setup": "ngram:k=4"}, "winners_by_category": {"a": {"setup": "ngram:k=4"}, "b": {"setup": "x"}}}) == [
         "baseline", "ngram:k=4", "x"]
+
+
+@pytest.mark.xdist_group("tune_report")  # one xdist worker computes the session fixture for all of them
+def test_open_report_shows_a_saved_report_and_the_form_follows_it(qtbot, tune_report, tmp_path):
+    """A report written earlier (`tune --json PATH`) opens in the dialog as a finished run's does — its table, its
+    summary, its lanes — and the form shows what that run asked for (the fixture's: its draft, all four kinds with
+    redrafter, which the dialog leaves off by default, the quick suite, 6 minutes, 12 tokens). A file that is not a
+    report is refused with a line that says so and how to get one, and what was shown stays."""
+    import json
+
+    doc, _, path = tune_report
+    d = TuneDialog(doc["target"], ["quick", "specbench"])
+    qtbot.addWidget(d)
+    assert not d.kind_checks["redrafter"].isChecked() and d.suite_box.currentText() == "specbench" and d.tokens_spin.value() == 64
+    assert d.open_report(path)
+    rows = [d.table.item(r, 1).text() for r in range(d.table.rowCount())]
+    assert doc["winner"]["setup"] in rows and d.summary.toPlainText().startswith("fastest here:")
+    assert d.status.text().startswith(f"{path.name}: fastest here:") and "window's target" not in d.status.text()
+    req = doc["request"]
+    assert [x.strip() for x in d.drafts_edit.text().split(",")] == req["drafts"] and len(req["drafts"]) == 1
+    assert [k for k, cb in d.kind_checks.items() if cb.isChecked()] == ["draft", "ngram", "tree", "redrafter"] == req["kinds"]
+    assert d.suite_box.currentText() == "quick" and d.minutes_spin.value() == 6.0 and d.tokens_spin.value() == 12
+    args = d.arguments()  # Start would ask for the same run
+    assert args[args.index("--kinds") + 1] == "draft,ngram,tree,redrafter" and args[args.index("--max-new-tokens") + 1] == "12"
+    assert d.use_btn.isEnabled()
+    with qtbot.waitSignal(d.useLanes) as got:
+        d.use_btn.click()
+    assert got.args[0] == winner_lanes(doc)
+
+    shown = d.table.rowCount()
+    (tmp_path / "notes.json").write_text("{not json", encoding="utf-8")
+    (tmp_path / "other.json").write_text(json.dumps({"lanes": []}), encoding="utf-8")
+    for name, says in (("notes.json", "is not JSON"), ("other.json", "is not a setup finder report"), ("gone.json", "cannot read")):
+        assert not d.open_report(tmp_path / name)
+        assert d.status.text().startswith("Not opened: ") and says in d.status.text(), d.status.text()
+        assert "python -m app tune" in d.status.text() or says == "cannot read"
+        assert d.table.rowCount() == shown and d.doc is not None
+
+    # a report of another target: shown, and the status says whose speeds these are
+    other = {**doc, "target": "some-other-target", "request": {**req, "prompts_file": "/data/mine.jsonl"}}
+    (tmp_path / "other-target.json").write_text(json.dumps(other), encoding="utf-8")
+    assert d.open_report(tmp_path / "other-target.json")
+    assert "for some-other-target; the window's target is " + doc["target"] in d.status.text()
+    assert "prompts from /data/mine.jsonl" in d.status.text()
+    d.close()
