@@ -313,7 +313,7 @@ class TuneDialog(QDialog):
         except ValueError as e:
             self.status.setText(f"Not opened: {e}.")
             return False
-        self.progress.setValue(0)
+        self.progress.setValue(100)  # a finished report, as after a run
         self.show_report(doc)
         text = f"{Path(path).name}: {headline(doc)[0]}."
         if doc["target"] != self.target:

@@ -117,7 +117,7 @@ def test_open_report_shows_a_saved_report_and_the_form_follows_it(qtbot, tune_re
     d = TuneDialog(doc["target"], ["quick", "specbench"])
     qtbot.addWidget(d)
     assert not d.kind_checks["redrafter"].isChecked() and d.suite_box.currentText() == "specbench" and d.tokens_spin.value() == 64
-    assert d.open_report(path)
+    assert d.open_report(path) and d.progress.value() == 100
     rows = [d.table.item(r, 1).text() for r in range(d.table.rowCount())]
     assert doc["winner"]["setup"] in rows and d.summary.toPlainText().startswith("fastest here:")
     assert d.status.text().startswith(f"{path.name}: fastest here:") and "window's target" not in d.status.text()
