@@ -321,8 +321,8 @@ class TuneDialog(QDialog):
                      "and Start measures this one.")
         req = doc.get("request") if isinstance(doc.get("request"), dict) else {}
         if req.get("prompts_file") or req.get("prompts_given"):
-            text += (f" It ran on {'prompts from ' + str(req['prompts_file']) if req.get('prompts_file') else 'prompts given on its command line'}; "
-                     "Start runs the suite chosen here.")
+            ran_on = f"prompts from {req['prompts_file']}" if req.get("prompts_file") else "prompts given on its command line"
+            text += f" It ran on {ran_on}; Start runs the suite chosen here."
         self.status.setText(text)
         return True
 
