@@ -37,7 +37,7 @@ RUN_PROMPT := Complete this Python function that checks whether a string is a pa
 QWEN_TARGET := qwen2.5-coder-1.5b-instruct
 QWEN_DRAFT := qwen2.5-coder-0.5b-instruct
 
-.PHONY: run test test-fast gui bench screenshots gpu-check trtllm-env lint deps py-packages llama-lib llama-server vllm-env foreign-env \
+.PHONY: FORCE run test test-fast gui bench screenshots gpu-check trtllm-env lint deps py-packages llama-lib llama-server vllm-env foreign-env \
         models-test models-qwen convert-qwen deb-build deb-test deb-gui setup-run setup-test setup-test-fast clean-venv
 
 run:
@@ -134,10 +134,24 @@ LLAMA_LIB := $(LLAMA_BUILD)/bin/libllama.so
 LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
 # Extra cmake flags, e.g. LLAMA_CMAKE_ARGS=-DGGML_CUDA=ON for a CUDA build.
 LLAMA_CMAKE_ARGS ?=
+# ggml's AMX kernels (Intel Xeon 4th generation and later) are compiled out; the AVX-512/VNNI ones run there instead.
+# On a Sapphire Rapids VM (amx_tile amx_int8 amx_bf16 in /proc/cpuinfo, the kernel granting AMX to the process, a C
+# test of tileloadd passing) every batched decode of a Q4 model died with SIGILL at a tileloadd in ggml's
+# tinygemm_kernel_amx, which killed the llama.cpp tests. -U drops the macros -march=native defines, whatever
+# order the flags come in. LLAMA_AMX=on keeps the kernels.
+LLAMA_AMX ?= off
+LLAMA_CPU_FLAGS := $(if $(filter on,$(LLAMA_AMX)),,-U__AMX_TILE__ -U__AMX_INT8__ -U__AMX_BF16__)
+# what the build was configured with, rewritten only when it changes: a change reconfigures and rebuilds
+LLAMA_CONFIG := $(LLAMA_DIR)/configure-$(LLAMACPP_VERSION).args
 # cmake from PyPI in a small environment of its own when the machine has none (not in .venv: pip is busy there)
 LLAMA_CMAKE := env PATH="$$PATH:$(abspath $(LLAMA_DIR)/cmake-env/bin)" SPECDECK_LLAMA_SRC=$(abspath $(LLAMA_SRC)) cmake
 
-$(LLAMA_BUILD)/CMakeCache.txt: | $(PY) deb-build
+$(LLAMA_CONFIG): FORCE
+	@mkdir -p $(LLAMA_DIR) && echo '$(LLAMA_CPU_FLAGS) $(LLAMA_CMAKE_ARGS)' | cmp -s - $@ || echo '$(LLAMA_CPU_FLAGS) $(LLAMA_CMAKE_ARGS)' > $@
+
+FORCE:
+
+$(LLAMA_BUILD)/CMakeCache.txt: $(LLAMA_CONFIG) | $(PY) deb-build
 	@$(PHASE) run "llama.cpp sources (llama-cpp-python $(LLAMACPP_VERSION) sdist)" -- bash -c '\
 	  mkdir -p $(LLAMA_DIR) && \
 	  { test -f $(LLAMA_SDIST) || $(PIP) download llama-cpp-python==$(LLAMACPP_VERSION) --no-deps --no-binary llama-cpp-python -d $(LLAMA_DIR); } && \
@@ -147,8 +161,10 @@ $(LLAMA_BUILD)/CMakeCache.txt: | $(PY) deb-build
 	  $(LLAMA_CMAKE) -S $(LLAMA_SRC) -B $(LLAMA_BUILD) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
 	    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
 	    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DCMAKE_C_COMPILER_LAUNCHER=$(abspath resources/setup/glue-cc) \
-	    -DCMAKE_CXX_COMPILER_LAUNCHER=$(abspath resources/setup/glue-cc) $(LLAMA_CMAKE_ARGS) > $(LLAMA_DIR)/cmake.log 2>&1 \
+	    -DCMAKE_CXX_COMPILER_LAUNCHER=$(abspath resources/setup/glue-cc) -DCMAKE_C_FLAGS="$(LLAMA_CPU_FLAGS)" \
+	    -DCMAKE_CXX_FLAGS="$(LLAMA_CPU_FLAGS)" $(LLAMA_CMAKE_ARGS) > $(LLAMA_DIR)/cmake.log 2>&1 \
 	  || { tail -40 $(LLAMA_DIR)/cmake.log; exit 1; }'
+	@touch $@
 
 $(LLAMA_LIB): $(LLAMA_BUILD)/CMakeCache.txt
 	@$(PHASE) run "llama.cpp libraries" --hint "once, ~4 min on 2 cores" --log $(LLAMA_DIR)/build-lib.log -- \

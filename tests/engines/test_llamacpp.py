@@ -44,6 +44,21 @@ def test_loads_the_gguf_as_it_is(eng):
     assert 2 in e.eos_ids  # <|im_end|>
 
 
+@pytest.mark.skipif(os.environ.get("LLAMA_AMX") == "on", reason="built with LLAMA_AMX=on: ggml's AMX kernels kept")
+def test_the_build_leaves_out_ggml_amx_kernels_and_a_batched_decode_runs(eng):
+    """`make` compiles llama.cpp without ggml's AMX kernels (Makefile, LLAMA_AMX): on a Sapphire Rapids VM here every
+    batched decode of a Q4 model died with SIGILL inside them. On such a CPU this test dies the same way if they come
+    back; on any CPU the build's feature line must not name them."""
+    features = llama_cpp.llama_print_system_info().decode()
+    assert "AVX" in features  # the line is ggml's CPU feature list
+    assert "AMX" not in features, f"llama.cpp was built with AMX kernels: {features}"
+    st = eng.new_state()
+    ids = eng.encode_prompt(LONG * 2, chat=False)
+    assert len(ids) >= 32  # wide enough for ggml's tiled (AMX) path: 2 x 16 rows
+    logits = st.forward(ids)
+    assert logits.shape == (len(ids), eng.vocab_size) and torch.isfinite(logits).all()
+
+
 def test_gguf_tokenizer_matches_the_hf_one(eng, smollm2_tokenizer):
     """llama.cpp's tokenizer from the GGUF passes the cross-engine check against transformers' (same probe ids,
     same vocabulary) and the chat template from the GGUF gives the same prompt ids as transformers'."""
