@@ -250,6 +250,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
         cal.update(0.95, True)
         cal.update(0.3, False)
     auto.answers = 3
+    auto._saved, auto._saved_tok = -2.0, 100.0  # drafting cost more than it saved (AutoK.count_saving)
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(memory))
     saved = save_learnt(key, auto, cal)
     assert saved is not None and saved.parent == memory
@@ -259,6 +260,8 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     assert "k=auto memory: learnt over 3 answer(s)" in r.stdout and str(saved) in r.stdout, r.stdout
     kept = json.loads(out.read_text())["kauto_memory"][0]["saved"]["kept"]
     assert kept["q>=0.9"] > 0.99 and kept["q<0.5"] < 0.2  # the saved verdicts (the priors alone: 0.97 and 0.36)
+    assert json.loads(out.read_text())["kauto_memory"][0]["saved"]["saving"] == pytest.approx(auto.saving)
+    assert f"drafting saved {auto.saving:.2f} of a decode step a token" in r.stdout
     again = {p["engine"]: p for p in json.loads(out.read_text())["profiles"]}
     for p in quiet:  # from the cache: the same measurement
         assert again[p["engine"]]["measured_at"] == p["measured_at"]

@@ -105,4 +105,5 @@ def _memory_line(m: dict) -> str:
         return "k=auto memory: nothing saved for this pair yet (a k=auto lane saves what it learnt when it ends)"
     kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
     return (f"k=auto memory: learnt over {s['answers']} answer(s), saved {s['saved']} ({s['path']}); drafts kept by "
-            f"confidence: {kept}; --forget-kauto deletes it")
+            f"confidence: {kept}; drafting saved {s['saving']:.2f} of a decode step a token (the draft reads a prompt only "
+            f"where that repays reading it); --forget-kauto deletes it")

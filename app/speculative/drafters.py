@@ -263,6 +263,8 @@ class DraftModelDrafter:
         auto = self.auto
         if auto is not None:
             auto.observe(ctx.last)
+            if self.state is not None:  # the previous step drafted with the context read (AutoK.count_saving)
+                auto.count_saving(ctx.last)
             k = min(auto.k_max, ctx.max_k)
             first = len(ctx.ids) <= self._prompt_len  # step 0: drafts ride on the prompt's forward
             if k <= 0 or (first and not auto.can_ever_pay(k)):
@@ -282,6 +284,13 @@ class DraftModelDrafter:
         lim = min(len(self.seen), len(ids) - 1)
         while common < lim and self.seen[common] == ids[common]:
             common += 1
+        # the draft reads the context (the prompt, and what was emitted before drafting started) only where what drafting
+        # saves a token lately repays that over the tokens left (AutoK.worth_reading)
+        if auto is not None and self.state is None and not auto.worth_reading(len(ids), ctx.max_k + 1):
+            return Proposal([], why=(f"k=auto: reading the {len(ids)} tokens so far into the draft would cost "
+                                     f"{auto.read_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
+                                     f"({auto.saving:.2f} of a step a token, {auto.saving * (ctx.max_k + 1):.1f} over the "
+                                     f"{ctx.max_k + 1} tokens left)"))
         # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
         # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
         # prompt kept k=auto from ever starting)

@@ -48,6 +48,15 @@ the same weights, precision and machine) and a new worker's first lane starts fr
 first answer of a run, or a run of one prompt, no longer starts from the priors, which over-draft until a few answers
 have taught the calibration (resources/bench/README.md, "k=auto's first answer").
 
+A draft model must read the context before its first draft of an answer: a forward over the whole prompt, which k=auto
+pays in the first step that drafts (a lane where drafting never pays reads nothing). That reading is an investment
+over the rest of the answer, so it is made only where drafting has lately saved enough per token to repay it
+(:meth:`AutoK.worth_reading`): what the pair's steps saved against the baseline's price per token, once the draft had
+read, measured on each step as a ratio to its own verify time (:meth:`AutoK.count_saving`), around a prior of
+SAVING_PRIOR units a token. On llama.cpp on a 2-core Xeon the 0.5B draft took 4–16 target decode steps to read a
+Spec-Bench prompt, and drafting then saved −0.3 … 3 steps over the 48-token answer: k=auto lost 9 % to the baseline
+(resources/bench/README.md, "k=auto's reading of the prompt").
+
 For n-gram lookup acceptance is estimated per match length and position, also from what was emitted after tokens it
 did not propose (free evidence).
 """
@@ -71,7 +80,7 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
            "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -103,6 +112,16 @@ OPENING_PRIOR = 0.6
 #: the same records 0.1 moved editing less and 0.5 and 1 lost more elsewhere (resources/bench/README.md, "An answer's
 #: own acceptance")
 ANSWER_SHIFT_VAR = 0.25
+#: what drafting saves a token once the draft has read the context, in units of T(1) — the prior of AutoK.saving: a
+#: lane that halves the time of a token saves 0.5, one at the baseline's speed 0 — worth SAVING_WEIGHT tokens (a third
+#: of a 48-token answer: the first answer of a pair reads wherever reading costs less than 14 decode steps, and what it
+#: measured decides from then on)
+SAVING_PRIOR = 0.3
+SAVING_WEIGHT = 16.0
+#: per answer, the weight of what earlier answers measured of the saving: a pair that stopped reading because drafting
+#: saved too little drifts back toward the prior, and reads again (where a prompt is cheap to read) after some tens of
+#: answers — a probe that grows rarer as its measurements pile up
+SAVING_DECAY = 0.97
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
 
@@ -288,6 +307,8 @@ class AutoK:
         self._decode_price: StepPrice | None = None  # the decode steps' price while step 0's is in force (riding_on_the_prompt)
         self.shift = 0.0  # this answer's shift of the acceptance estimates, in log-odds (local)
         self._shift_h = 1.0 / ANSWER_SHIFT_VAR  # its precision: the prior's plus this answer's verdicts'
+        self._saved = 0.0  # units saved against the baseline's price, and tokens emitted, by steps after the draft
+        self._saved_tok = 0.0  # had read the context (count_saving), decayed per answer (begin_answer)
 
     # --- costs (units of T(1)) ----------------------------------------------------------------------------
     def t(self, n: int) -> float:
@@ -333,6 +354,37 @@ class AutoK:
         self._all_tok += s.emitted
         self._all_units += units
 
+    def count_saving(self, s: StepTiming | None) -> None:
+        """Fold a decode step made after the draft had read the context into what drafting saves a token: its tokens at
+        the baseline's price (1 + o each) less what the step took — verify, drafting (catching up included) and the
+        rest — both in units of the step's own verify time over V(n), so that a uniformly slower machine changes
+        nothing. A step that drafted nothing saves about 0; one whose drafts were all rejected, less than 0."""
+        if s is None:
+            return
+        v = self.price.v(s.n_verified)
+        if s.t_verify_s <= 0 or v <= 0:
+            return
+        took = max(v, s.t_wall_s * v / s.t_verify_s)
+        self._saved += s.emitted * self.price.base_units - took
+        self._saved_tok += s.emitted
+
+    @property
+    def saving(self) -> float:
+        """Units of T(1) drafting saved a token lately, once the draft had read the context (count_saving), around the
+        prior SAVING_PRIOR worth SAVING_WEIGHT tokens."""
+        return (SAVING_PRIOR * SAVING_WEIGHT + self._saved) / (SAVING_WEIGHT + self._saved_tok)
+
+    def read_units(self, n: int) -> float:
+        """Units of the draft reading n tokens of context beyond a one-token forward (catch_up_units)."""
+        return self.catch_up_units(n)
+
+    def worth_reading(self, n: int, tokens_left: int) -> bool:
+        """Whether the draft should read the n tokens of context now, to draft in this and later steps: what drafting
+        saves a token lately (saving) over the tokens left must repay the reading (read_units). A draft without a cost
+        profile, whose reading cannot be priced, reads."""
+        read = self.read_units(n)
+        return read <= 0 or self.saving * max(0, tokens_left) > read
+
     def begin_answer(self) -> None:
         """A new answer starts: λ starts from the rate over the earlier answers (worth START_UNITS), not from the
         last one's last steps — a rate learnt on easy text (4.2 tokens per unit after two editing answers) kept a
@@ -340,6 +392,8 @@ class AutoK:
         unsure tokens that pay there (resources/bench/README.md, "k=auto's λ at an answer's start"). The answer's
         own shift of the acceptance estimates (:meth:`local`) starts at 0."""
         self.shift, self._shift_h = 0.0, 1.0 / ANSWER_SHIFT_VAR
+        self._saved *= SAVING_DECAY
+        self._saved_tok *= SAVING_DECAY
         self._all_tok *= _ANSWER_DECAY
         self._all_units *= _ANSWER_DECAY
         if self._all_units > 0:
@@ -598,7 +652,8 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
                calibration=dict(acc=cal.acc, n=cal.n),
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
-               rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units))
+               rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units),
+               saving=dict(units=auto._saved, tokens=auto._saved_tok))
     return write_json_atomically(path, doc)
 
 
@@ -647,8 +702,12 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
         c, o, o_base = (float(costs[x]) for x in ("c", "o", "o_base"))
         tok, units = float(rate["tokens"]), float(rate["units"])
         all_tok, all_units = float(rate.get("all_tokens", 0.0)), float(rate.get("all_units", 0.0))  # absent from older files: 0
+        saving = d.get("saving", {})  # absent from older files: the prior alone
+        saved_units, saved_tok = float(saving.get("units", 0.0)), float(saving.get("tokens", 0.0))
         answers, saved = int(d.get("answers", 0)), str(d.get("saved", "?"))
-        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, *first_q)):
+        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, saved_tok, *first_q)):
+            return None
+        if not math.isfinite(saved_units):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -657,14 +716,16 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
     auto._tok, auto._units, auto._all_tok, auto._all_units, auto.answers = tok, units, all_tok, all_units, answers
+    auto._saved, auto._saved_tok = saved_units, saved_tok
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
             f"{path}); SPECDECK_KAUTO_MEMORY=off starts it from its priors")
 
 
 def saved_summary(key: tuple) -> dict | None:
-    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept} — `kept`: the calibrated
-    share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their
-    priors; None where nothing readable is saved (or the memory is off)."""
+    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving} — `kept`: the
+    calibrated share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with
+    their priors; `saving`: what drafting saved a token, in decode steps, with its prior (AutoK.saving: a prompt is read
+    into the draft only where that repays the reading); None where nothing readable is saved (or the memory is off)."""
     if (got := _read_saved(key)) is None:
         return None
     path, d = got
@@ -672,7 +733,9 @@ def saved_summary(key: tuple) -> dict | None:
         acc, n = d["calibration"]["acc"], d["calibration"]["n"]
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
-        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept)
+        sv = d.get("saving", {})
+        saving = (SAVING_PRIOR * SAVING_WEIGHT + float(sv.get("units", 0.0))) / (SAVING_WEIGHT + float(sv.get("tokens", 0.0)))
+        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError):
         return None
 

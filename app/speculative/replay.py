@@ -33,7 +33,7 @@ from app.speculative import policy
 from app.speculative.drafters import DraftContext, DraftModelDrafter
 from app.speculative.policy import AUTO_K_MAX, AutoK, StepTiming
 
-__all__ = ["replay_auto", "UNRECORDED_Q", "LOST_Q", "PROMPT_LEN"]
+__all__ = ["replay_auto", "read_len", "UNRECORDED_Q", "LOST_Q", "PROMPT_LEN"]
 
 #: the draft's confidence past the answer's recorded end (kept), and of drafts past a rejection beyond those the
 #: calibration made and at a position the calibration did not draft (off the answer)
@@ -41,9 +41,24 @@ UNRECORDED_Q = 0.9
 LOST_Q = 0.05
 _V = 1 << 16  # vocabulary of the replayed draft: large enough that a confidence of 1e-4 is still its best token
 _PROMPT, _TRUE, _WRONG, _OFF = 0, 1, 2, 3  # token ids: the prompt's, the answer's, a rejected draft's, past it
-#: the replayed prompt's length (the records keep the time the draft took to read the prompt, not its length; the
-#: policy spreads that reading over the tokens left, so the length only shades its first decision)
+#: the replayed prompt's length where the draft has no cost profile or read nothing (the records keep the time the draft
+#: took to read the prompt, not its length: :func:`read_len`)
 PROMPT_LEN = 64
+#: the longest prompt read_len gives
+_MAX_PROMPT = 8192
+
+
+def read_len(draft: CostProfile | None, read_s: float) -> int:
+    """The prompt length whose reading the draft's cost profile prices at `read_s` seconds (the reading the
+    calibration recorded): the policy decides whether to read from that price (AutoK.worth_reading), so the replayed
+    prompt is as long as the recorded reading says; PROMPT_LEN without a profile or a reading."""
+    if draft is None or read_s <= 0:
+        return PROMPT_LEN
+    lo, hi = 1, _MAX_PROMPT  # the first n whose reading takes read_s (bisection: the profile's t grows with n)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if draft.t(mid) - draft.t1_s < read_s else (lo, mid)
+    return hi
 
 
 class _ReplayState:
@@ -141,7 +156,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             read_s = max(0.0, own_s - pc.base_prefill_s)
             prompt_s = own_s - read_s
             seq = positions(lane)
-            n_prompt = PROMPT_LEN
+            n_prompt = read_len(draft, read_s)
             auto = AutoK(target, draft=draft)
             d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=auto, memory=key)
             if saved is not None and d.auto is auto:  # nothing recalled: the first prompt, as a real lane's first

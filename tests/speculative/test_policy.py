@@ -563,3 +563,99 @@ def test_k_auto_memory_is_never_an_error_where_it_cannot_be_written(tmp_path, mo
     monkeypatch.delenv("SPECDECK_KAUTO_MEMORY")
     monkeypatch.setenv("SPECDECK_PROFILES", str(tmp_path / "profiles"))
     assert policy.saved_dir() == tmp_path / "profiles" / "kauto"
+
+
+LLAMA = curve(lambda n: 1.0 + 0.37 * (n - 1))  # llama.cpp Q4_K_M, the 1.5B target on a 2-core Xeon: V(2) 1.37
+LLAMA_DRAFT = curve(lambda n: 1.0 + 0.24 * (n - 1), t1=0.045)  # the 0.5B draft: c 0.45, V(33) 8.7 (measured 8.45)
+
+
+def test_the_draft_reads_the_context_only_where_drafting_saves_enough_to_repay_it():
+    """Reading the prompt into the draft is paid once an answer, before its first draft; k=auto reads only where what
+    drafting saved a token lately, over the tokens left, repays it (AutoK.worth_reading). On llama.cpp on a 2-core Xeon
+    the 0.5B draft took 4–16 decode steps to read a Spec-Bench prompt and drafting saved −0.3 … 3 steps an answer,
+    which put k=auto 9 % below the baseline. What a step saved is measured as a ratio to its own verify time: three
+    times slower, the same steps teach the same."""
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import SAVING_PRIOR, SAVING_WEIGHT
+
+    auto = AutoK(LLAMA, draft=LLAMA_DRAFT)
+    assert auto.saving == pytest.approx(SAVING_PRIOR)
+    read = auto.read_units(61)  # code-1's prompt: c · (T_d(61) − T_d(1)) / T_d(1) = 0.45 · 0.24 · 60
+    assert read == pytest.approx(0.45 * 0.24 * 60)
+    assert auto.worth_reading(61, 48)  # the prior: 0.3 · 48 = 14.4 units over the answer, more than 6.5
+
+    def drafting_steps(a: AutoK, slow: float) -> None:
+        t1 = LLAMA.t1_s * slow
+        for _ in range(10):  # one draft a step, kept: 2 tokens in V(2) + c = 1.82 units, 0.09 saved a token
+            a.count_saving(StepTiming(2, a.t(2) * t1, 0.45 * t1, 1, (a.t(2) + 0.45) * t1, 2))
+        for _ in range(30):  # nothing drafted: 1 token in 1 unit, nothing saved
+            a.count_saving(StepTiming(1, t1, 0.0, 0, t1, 1))
+        for _ in range(4):  # one draft, rejected: 1 token in 1.82 units
+            a.count_saving(StepTiming(2, a.t(2) * t1, 0.45 * t1, 1, (a.t(2) + 0.45) * t1, 1))
+
+    drafting_steps(auto, 1.0)
+    slower = AutoK(LLAMA, draft=LLAMA_DRAFT)
+    drafting_steps(slower, 3.0)
+    assert slower.saving == pytest.approx(auto.saving)
+    saved = 10 * (2 - 1.82) + 4 * (1 - 1.82)
+    assert auto.saving == pytest.approx((SAVING_PRIOR * SAVING_WEIGHT + saved) / (SAVING_WEIGHT + 10 * 2 + 30 + 4))  # 0.047
+    assert not auto.worth_reading(61, 48)  # 0.047 · 48 = 2.3 units over the answer: less than the reading's 6.5
+    assert auto.worth_reading(10, 48)  # a short prompt is still worth reading (1.0 unit)
+    assert auto.worth_reading(61, 400)  # and a long answer repays a long prompt
+
+    # the drafter, on a target where drafting these sure tokens pays: with what `auto` learnt it reads nothing, makes no
+    # draft state, and the step says why; from the prior it reads and drafts
+    made = []
+
+    class Counting(Scripted):
+        def new_state(self):
+            made.append(1)
+            return super().new_state()
+
+    prompt = list(range(100))  # reading it: 10.7 units
+    learnt = AutoK(FLAT, draft=LLAMA_DRAFT)
+    learnt._saved, learnt._saved_tok = auto._saved, auto._saved_tok
+    for a, reads in ((learnt, False), (AutoK(FLAT, draft=LLAMA_DRAFT), True)):
+        d = DraftModelDrafter(Counting(q=0.99), auto=a)
+        d.start(prompt)
+        d.feedback(len(d.propose(ctx(prompt, max_k=47)).ids), 0)  # the opening
+        p = d.propose(ctx([*prompt, 5], max_k=46))
+        if reads:
+            assert p.ids and made == [1]
+        else:
+            assert p.ids == [] and made == [] and "reading the 101 tokens so far into the draft would cost 10.8" in p.why
+
+    # what was measured fades per answer (a pair that stopped reading probes again, where a prompt is cheap to read)
+    low = auto.saving
+    for _ in range(10):
+        auto.begin_answer()
+    assert low < auto.saving < SAVING_PRIOR
+
+
+def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
+    """What drafting saved a token (AutoK.saving) is written with what the pair learnt and read back by its next run;
+    a file from before it was saved starts it from the prior, the rest of the file still read."""
+    import json
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import SAVING_PRIOR, SAVING_WEIGHT
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    key = ("t", "d", uuid.uuid4().hex)
+    first = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    first.auto._saved, first.auto._saved_tok = -4.0, 200.0  # what its steps measured (AutoK.count_saving)
+    first.finish()
+    policy.forget(key)
+    second = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert second.notes and (second.auto._saved, second.auto._saved_tok) == (-4.0, 200.0)
+    assert second.auto.saving == pytest.approx((SAVING_PRIOR * SAVING_WEIGHT - 4.0) / (SAVING_WEIGHT + 200.0))
+    policy.forget(key)
+    path = next((tmp_path / "kauto").glob("*.json"))
+    doc = json.loads(path.read_text())
+    del doc["saving"]
+    path.write_text(json.dumps(doc))
+    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert older.notes and older.auto.saving == pytest.approx(SAVING_PRIOR)
+    policy.forget(key)

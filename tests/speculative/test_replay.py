@@ -172,3 +172,42 @@ def test_the_replay_starts_where_the_pairs_next_real_lane_will(tmp_path, monkeyp
     assert warm["easy"][1] < cold["easy"][1] and b.speedup() < a.speedup()  # fewer drafts, slower, from its memory
     assert replay_auto([easy()], D, AUTO, TARGET, DRAFT, CURVE, saved=(*pair, "other")).speedup() == pytest.approx(a.speedup())
     assert saved[0].stat().st_mtime_ns == stamp and len(list((tmp_path / "kauto").glob("*.json"))) == 1
+
+
+LLAMA_D = profile(lambda n: 1.0 + 0.24 * (n - 1), 0.045, "d")  # llama.cpp's 0.5B draft on a 2-core Xeon: c 0.45 for
+# a target of T(1) 0.1 s, reading 100 tokens ≈ 1.07 s
+
+
+def test_the_replayed_prompt_is_as_long_as_the_recorded_reading_says():
+    from app.speculative.replay import PROMPT_LEN, read_len
+
+    assert read_len(None, 1.0) == PROMPT_LEN and read_len(LLAMA_D, 0.0) == PROMPT_LEN
+    n = read_len(LLAMA_D, 1.2)
+    assert LLAMA_D.t(n - 1) - LLAMA_D.t1_s < 1.2 <= LLAMA_D.t(n) - LLAMA_D.t1_s and 100 < n < 120
+
+
+def test_the_replayed_policy_stops_reading_the_prompt_where_drafting_does_not_repay_it():
+    """A costly draft (c 0.45), a confident first draft kept and an unsure second rejected every step — drafting saves
+    about 9 units an answer — and a draft that takes 12 decode steps to read each prompt (llama.cpp's 0.5B draft on a
+    2-core Xeon took 4–16). k=auto reads and drafts on the first prompt (its prior on what drafting saves), learns that
+    drafting saved too little to repay the reading, and reads nothing on the prompts after it: about the baseline's
+    speed, where reading every prompt would be slower; where reading costs nothing, the same records keep it
+    drafting."""
+    def lane(read_s: float) -> LaneCal:
+        return LaneCal(tuple(CalStep(2, 1, (0.97, 0.6)) for _ in range(24)), None, prefill_s=1.0 + read_s,
+                       draft_s_per_forward=0.045, overhead_s=0.0)
+
+    def prompts(read_s: float) -> list[PromptCal]:
+        return [PromptCal(f"p{i}", "coding", 48, base_wall_s=1.0 + 48 * 0.1, base_prefill_s=1.0, base_step_s=0.1,
+                          base_overhead_s=0.0, lanes={D: lane(read_s)}) for i in range(4)]
+
+    target = profile(lambda n: 1.0 + 0.1 * (n - 1), 0.1, "t")
+    curve = target.curve(40)
+    costly: dict = {}
+    priced = replay_auto(prompts(1.2), D, AUTO, target, LLAMA_D, curve, counts=costly)
+    free: dict = {}
+    drafting = replay_auto(prompts(0.0), D, AUTO, target, LLAMA_D, curve, counts=free)
+    assert costly["p0"][1] > 0 and all(costly[p][1] == 0 for p in ("p1", "p2", "p3"))
+    assert all(free[p][1] > 0 for p in ("p1", "p2", "p3"))
+    # the first prompt, read and drafted, is slower than its baseline; the others run at its speed
+    assert priced.pred_wall_s["p0"] > priced.base_wall_s["p0"] and 0.97 < priced.speedup() < 1.03 < drafting.speedup()
