@@ -11,10 +11,14 @@ import torch
 from app.speculative.policy import AutoK, Calibration, StepTiming, load_learnt, recall, remember, save_learnt
 from app.speculative.verifier import sample, warp
 
-__all__ = ["ALTS", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
+__all__ = ["ALTS", "UNREAD_NOTE", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
 
 #: a greedy draft model's best tokens recorded at each drafted position (Proposal.alts)
 ALTS = 4
+#: a k=auto lane's note when its draft never read the prompt (DraftModelDrafter.finish)
+UNREAD_NOTE = ("k=auto did not read the prompt into the draft, and decoded as the baseline does: reading it would have cost "
+               "more than drafting had lately saved over the tokens left (a step's tooltip says how much; `profile TARGET "
+               "--draft DRAFT` shows the saving)")
 
 
 @dataclass
@@ -226,7 +230,7 @@ class DraftModelDrafter:
         self.memory = memory if auto is not None else None
         self.learn = learn
         self.saved = saved and self.memory is not None
-        self.notes: list[str] = []  # lines for the lane's notes (the loop adds them when the lane starts)
+        self.notes: list[str] = []  # lines for the lane's notes (the loop adds them when the lane starts, and ends)
         if self.memory is not None and (got := recall(self.memory)) is not None:
             self.auto, self.calibration = got
         elif self.saved and self.memory is not None and self.auto is not None and (note := load_learnt(self.memory, self.auto, self.calibration)):
@@ -235,6 +239,7 @@ class DraftModelDrafter:
         self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified
         self._opening = False  # auto: the step being verified is step 0 (its first draft: the answer's first token)
         self._prompt_len = 0
+        self._unread = False  # auto: a step declined to read the context into the draft (AutoK.worth_reading)
         self.state: Any = None  # the draft's decode state (its KV cache), made by start(): one per lane
         self.seen: list[int] = []  # ids in the draft's cache
 
@@ -287,6 +292,7 @@ class DraftModelDrafter:
         # the draft reads the context (the prompt, and what was emitted before drafting started) only where what drafting
         # saves a token lately repays that over the tokens left (AutoK.worth_reading)
         if auto is not None and self.state is None and not auto.worth_reading(len(ids), ctx.max_k + 1):
+            self._unread = True
             return Proposal([], why=(f"k=auto: reading the {len(ids)} tokens so far into the draft would cost "
                                      f"{auto.read_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
                                      f"({auto.saving:.2f} of a step a token, {auto.saving * (ctx.max_k + 1):.1f} over the "
@@ -384,7 +390,11 @@ class DraftModelDrafter:
 
     def finish(self) -> None:
         """The lane ended (the loop calls this once, also when it was stopped): k=auto counts the answer and, for a
-        real lane (`saved`), writes what the pair has learnt for the next run (policy.save_learnt)."""
+        real lane (`saved`), writes what the pair has learnt for the next run (policy.save_learnt). A lane whose draft
+        never read its prompt, because drafting had lately saved too little to repay the reading, says so in its notes
+        (the loop adds them when the lane ends)."""
+        if self.auto is not None and self.state is None and self._unread:
+            self.notes.append(UNREAD_NOTE)
         if self.auto is None or self.memory is None or not self.learn:
             return
         self.auto.answers += 1  # the state feedback() remembered is this one

@@ -82,6 +82,8 @@ class LoopRunner:
             finish = getattr(drafter, "finish", None)
             if finish is not None:
                 finish()
+            for note in getattr(drafter, "notes", ()):  # what it has to say of the lane as a whole (kept once each)
+                rec.note(note)
 
     def _steps(self, rec: LaneRecorder, prompt_ids: list[int], sampling: Sampling, cancelled: Callable[[], bool], tstate, gen) -> Iterator[StepEvent]:
         target, drafter = self.engine, self.drafter

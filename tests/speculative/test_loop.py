@@ -495,6 +495,33 @@ def test_k_auto_spreads_reading_a_long_prompt_over_the_tokens_left(tiny):
     assert not d.propose(DraftContext(list(ids), 1)).ids and d.state is None  # the draft never read the prompt
 
 
+def test_k_auto_leaves_the_draft_unread_where_drafting_saved_too_little_to_repay_reading(tiny):
+    """A pair whose drafting saved next to nothing lately (AutoK.saving) reads no prompt into the draft: the lane runs
+    no draft forward, emits the baseline's tokens, its steps say why, and its notes say so once; the same pair from
+    the prior reads the prompt and drafts."""
+    from app.speculative.drafters import UNREAD_NOTE
+    from app.speculative.policy import AutoK
+
+    target, draft = tiny
+    ids = (target.encode_prompt(PROMPTS[0], chat=False) * 40)[:200]
+    s = Sampling(max_new_tokens=24)
+    _, base = run(target, None, ids, s)
+
+    def auto():  # a flat verify curve, a draft whose reading of 200 tokens costs ~6 target steps
+        return AutoK(_curve(lambda n: 1.0 + 0.01 * n), draft=_curve(lambda n: 0.3 * n, t1=0.001))
+
+    learnt = auto()
+    learnt._saved, learnt._saved_tok = 0.0, 500.0  # drafting saved nothing over 500 tokens: 0.009 a token with the prior
+    assert learnt.read_units(len(ids)) > learnt.saving * 24
+    d = DraftModelDrafter(draft, auto=learnt)
+    steps, st = run(target, d, ids, s)
+    assert st.output_ids == base.output_ids and st.drafted == 0 and st.draft_forwards == 0 and d.state is None
+    assert "reading the 200 tokens so far into the draft" in steps[0].why and list(st.notes).count(UNREAD_NOTE) == 1
+    d = DraftModelDrafter(draft, auto=auto())
+    steps, st = run(target, d, ids, s)
+    assert st.output_ids == base.output_ids and st.drafted > 0 and UNREAD_NOTE not in st.notes
+
+
 def test_k_auto_sampling_keeps_proposal_and_distributions_aligned(tiny):
     """With sampling, a k=auto proposal that keeps fewer drafts than it made must pass the verifier the draft
     distributions of exactly the kept drafts (q[i] is the distribution d_i was sampled from)."""
