@@ -736,7 +736,7 @@ def saved_summary(key: tuple) -> dict | None:
         sv = d.get("saving", {})
         saving = (SAVING_PRIOR * SAVING_WEIGHT + float(sv.get("units", 0.0))) / (SAVING_WEIGHT + float(sv.get("tokens", 0.0)))
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving)
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError):
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):
         return None
 
 

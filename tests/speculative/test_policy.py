@@ -658,4 +658,11 @@ def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, 
     path.write_text(json.dumps(doc))
     older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
     assert older.notes and older.auto.saving == pytest.approx(SAVING_PRIOR)
+    assert policy.saved_summary(key)["saving"] == pytest.approx(SAVING_PRIOR)
     policy.forget(key)
+    for bad in ([1, 2], {"units": float("nan"), "tokens": 3.0}, {"units": 1.0, "tokens": -3.0}):  # damaged: ignored
+        doc["saving"] = bad
+        path.write_text(json.dumps(doc))
+        damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+        assert damaged.notes == [] and damaged.auto.saving == pytest.approx(SAVING_PRIOR)
+        policy.forget(key)
