@@ -53,7 +53,7 @@ pays in the first step that drafts (a lane where drafting never pays reads nothi
 over the rest of the answer, so it is made only where drafting has lately saved enough per token to repay it
 (:meth:`AutoK.worth_reading`): what the pair's steps saved against the baseline's price per token, once the draft had
 read, measured on each step as a ratio to its own verify time (:meth:`AutoK.count_saving`), around a prior of
-SAVING_PRIOR units a token. On llama.cpp on a 2-core Xeon the 0.5B draft took 4–16 target decode steps to read a
+SAVING_PRIOR units a token. On llama.cpp on a 2-core Xeon the 0.5B draft took 4–14 target decode steps to read a
 Spec-Bench prompt, and drafting then saved −0.3 … 3 steps over the 48-token answer: k=auto lost 9 % to the baseline
 (resources/bench/README.md, "k=auto's reading of the prompt").
 

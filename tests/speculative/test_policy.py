@@ -572,7 +572,7 @@ LLAMA_DRAFT = curve(lambda n: 1.0 + 0.24 * (n - 1), t1=0.045)  # the 0.5B draft:
 def test_the_draft_reads_the_context_only_where_drafting_saves_enough_to_repay_it():
     """Reading the prompt into the draft is paid once an answer, before its first draft; k=auto reads only where what
     drafting saved a token lately, over the tokens left, repays it (AutoK.worth_reading). On llama.cpp on a 2-core Xeon
-    the 0.5B draft took 4–16 decode steps to read a Spec-Bench prompt and drafting saved −0.3 … 3 steps an answer,
+    the 0.5B draft took 4–14 decode steps to read a Spec-Bench prompt and drafting saved −0.3 … 3 steps an answer,
     which put k=auto 9 % below the baseline. What a step saved is measured as a ratio to its own verify time: three
     times slower, the same steps teach the same."""
     from app.speculative.drafters import DraftModelDrafter

@@ -189,7 +189,7 @@ def test_the_replayed_prompt_is_as_long_as_the_recorded_reading_says():
 def test_the_replayed_policy_stops_reading_the_prompt_where_drafting_does_not_repay_it():
     """A costly draft (c 0.45), a confident first draft kept and an unsure second rejected every step — drafting saves
     about 9 units an answer — and a draft that takes 12 decode steps to read each prompt (llama.cpp's 0.5B draft on a
-    2-core Xeon took 4–16). k=auto reads and drafts on the first prompt (its prior on what drafting saves), learns that
+    2-core Xeon took 4–14). k=auto reads and drafts on the first prompt (its prior on what drafting saves), learns that
     drafting saved too little to repay the reading, and reads nothing on the prompts after it: about the baseline's
     speed, where reading every prompt would be slower; where reading costs nothing, the same records keep it
     drafting."""
