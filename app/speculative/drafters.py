@@ -289,14 +289,6 @@ class DraftModelDrafter:
         lim = min(len(self.seen), len(ids) - 1)
         while common < lim and self.seen[common] == ids[common]:
             common += 1
-        # the draft reads the context (the prompt, and what was emitted before drafting started) only where what drafting
-        # saves a token lately repays that over the tokens left (AutoK.worth_reading)
-        if auto is not None and self.state is None and not auto.worth_reading(len(ids), ctx.max_k + 1):
-            self._unread = True
-            return Proposal([], why=(f"k=auto: reading the {len(ids)} tokens so far into the draft would cost "
-                                     f"{auto.read_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
-                                     f"({auto.saving:.2f} of a step a token, {auto.saving * (ctx.max_k + 1):.1f} over the "
-                                     f"{ctx.max_k + 1} tokens left)"))
         # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
         # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
         # prompt kept k=auto from ever starting)
@@ -315,6 +307,14 @@ class DraftModelDrafter:
                 if len(ids) - common > 1:
                     why += f" (the draft would first catch up over {len(ids) - common} tokens)"
             return Proposal([], why=why)
+        # where this step would draft, the draft reads the context (the prompt, and what was emitted before drafting
+        # started) only if what drafting saves a token lately repays that over the tokens left (AutoK.worth_reading)
+        if auto is not None and self.state is None and not auto.worth_reading(len(ids), ctx.max_k + 1):
+            self._unread = True
+            return Proposal([], why=(f"k=auto: reading the {len(ids)} tokens so far into the draft would cost "
+                                     f"{auto.read_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
+                                     f"({auto.saving:.2f} of a step a token, {auto.saving * (ctx.max_k + 1):.1f} over the "
+                                     f"{ctx.max_k + 1} tokens left)"))
         read_s = 0.0
         if self.state is None:
             t_read = time.perf_counter()

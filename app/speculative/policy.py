@@ -80,7 +80,7 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
            "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -119,9 +119,14 @@ ANSWER_SHIFT_VAR = 0.25
 SAVING_PRIOR = 0.3
 SAVING_WEIGHT = 16.0
 #: per answer, the weight of what earlier answers measured of the saving: a pair that stopped reading because drafting
-#: saved too little drifts back toward the prior, and reads again (where a prompt is cheap to read) after some tens of
-#: answers — a probe that grows rarer as its measurements pile up
+#: saved too little drifts back toward the prior, and reads again where a prompt is cheap to read — a probe every few
+#: tens of answers (SAVING_CAP)
 SAVING_DECAY = 0.97
+#: the most tokens of measured saving a run starts from (load_learnt: ten 48-token answers, the mean kept): a pair
+#: whose drafting saved nothing over them reads a 43-token prompt again (4.7 decode steps to read, llama.cpp on a
+#: 2-core Xeon; 48-token answers) after about 90 answers, where a memory of 1600 tokens — what the decay settles at
+#: over many runs — would wait about 130
+SAVING_CAP = 480.0
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
 
@@ -716,6 +721,8 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
     auto._tok, auto._units, auto._all_tok, auto._all_units, auto.answers = tok, units, all_tok, all_units, answers
+    if saved_tok > SAVING_CAP:
+        saved_units, saved_tok = saved_units * SAVING_CAP / saved_tok, SAVING_CAP
     auto._saved, auto._saved_tok = saved_units, saved_tok
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
             f"{path}); SPECDECK_KAUTO_MEMORY=off starts it from its priors")
@@ -734,7 +741,10 @@ def saved_summary(key: tuple) -> dict | None:
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
         sv = d.get("saving", {})
-        saving = (SAVING_PRIOR * SAVING_WEIGHT + float(sv.get("units", 0.0))) / (SAVING_WEIGHT + float(sv.get("tokens", 0.0)))
+        units, tokens = float(sv.get("units", 0.0)), float(sv.get("tokens", 0.0))
+        if not (math.isfinite(units) and math.isfinite(tokens) and tokens >= 0):
+            return None  # as load_learnt: a damaged file is ignored
+        saving = (SAVING_PRIOR * SAVING_WEIGHT + units) / (SAVING_WEIGHT + tokens)
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):
         return None

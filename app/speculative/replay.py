@@ -50,10 +50,13 @@ _MAX_PROMPT = 8192
 
 def read_len(draft: CostProfile | None, read_s: float) -> int:
     """The prompt length whose reading the draft's cost profile prices at `read_s` seconds (the reading the
-    calibration recorded): the policy decides whether to read from that price (AutoK.worth_reading), so the replayed
-    prompt is as long as the recorded reading says; PROMPT_LEN without a profile or a reading."""
-    if draft is None or read_s <= 0:
+    calibration recorded, in the profile's time): the policy decides whether to read from that price
+    (AutoK.worth_reading), so the replayed prompt is as long as the recorded reading says — one token where the
+    reading took no time; PROMPT_LEN without a profile."""
+    if draft is None:
         return PROMPT_LEN
+    if read_s <= 0:
+        return 1
     lo, hi = 1, _MAX_PROMPT  # the first n whose reading takes read_s (bisection: the profile's t grows with n)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -156,7 +159,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             read_s = max(0.0, own_s - pc.base_prefill_s)
             prompt_s = own_s - read_s
             seq = positions(lane)
-            n_prompt = read_len(draft, read_s)
+            n_prompt = read_len(draft, read_s * target.t1_s / t1)  # this run's seconds in the profiles' time
             auto = AutoK(target, draft=draft)
             d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=auto, memory=key)
             if saved is not None and d.auto is auto:  # nothing recalled: the first prompt, as a real lane's first

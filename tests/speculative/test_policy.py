@@ -633,14 +633,15 @@ def test_the_draft_reads_the_context_only_where_drafting_saves_enough_to_repay_i
 
 
 def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
-    """What drafting saved a token (AutoK.saving) is written with what the pair learnt and read back by its next run;
-    a file from before it was saved starts it from the prior, the rest of the file still read."""
+    """What drafting saved a token (AutoK.saving) is written with what the pair learnt and read back by its next run,
+    worth at most SAVING_CAP tokens; a file from before it was saved starts it from the prior, the rest of the file
+    still read; a damaged one is ignored, by `profile` too."""
     import json
     import uuid
 
     from app.speculative import policy
     from app.speculative.drafters import DraftModelDrafter
-    from app.speculative.policy import SAVING_PRIOR, SAVING_WEIGHT
+    from app.speculative.policy import SAVING_CAP, SAVING_PRIOR, SAVING_WEIGHT
 
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
     key = ("t", "d", uuid.uuid4().hex)
@@ -665,4 +666,11 @@ def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, 
         path.write_text(json.dumps(doc))
         damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
         assert damaged.notes == [] and damaged.auto.saving == pytest.approx(SAVING_PRIOR)
+        assert policy.saved_summary(key) is None  # `profile` and the Costs tab ignore it as load_learnt does
         policy.forget(key)
+    # what many runs measured is worth at most SAVING_CAP tokens when a run starts from it, its mean kept
+    doc["saving"] = {"units": 20.0, "tokens": 2000.0}
+    path.write_text(json.dumps(doc))
+    many = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert (many.auto._saved, many.auto._saved_tok) == (pytest.approx(20.0 * SAVING_CAP / 2000.0), SAVING_CAP)
+    policy.forget(key)
