@@ -312,7 +312,7 @@ class DraftModelDrafter:
         if auto is not None and self.state is None and not auto.worth_reading(len(ids), ctx.max_k + 1):
             self._unread = True
             return Proposal([], why=(f"k=auto: reading the {len(ids)} tokens so far into the draft would cost "
-                                     f"{auto.read_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
+                                     f"{auto.catch_up_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
                                      f"({auto.saving:.2f} of a step a token, {auto.saving * (ctx.max_k + 1):.1f} over the "
                                      f"{ctx.max_k + 1} tokens left)"))
         read_s = 0.0

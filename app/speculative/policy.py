@@ -80,7 +80,7 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
            "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -129,6 +129,12 @@ SAVING_DECAY = 0.97
 SAVING_CAP = 480.0
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
+
+
+def saving_per_token(units: float, tokens: float) -> float:
+    """What drafting saved a token, in units of T(1): `units` saved over `tokens` measured, around the prior
+    SAVING_PRIOR worth SAVING_WEIGHT tokens (AutoK.saving, and what saved_summary shows of a saved memory)."""
+    return (SAVING_PRIOR * SAVING_WEIGHT + units) / (SAVING_WEIGHT + tokens)
 
 
 @dataclass(frozen=True)
@@ -377,17 +383,13 @@ class AutoK:
     def saving(self) -> float:
         """Units of T(1) drafting saved a token lately, once the draft had read the context (count_saving), around the
         prior SAVING_PRIOR worth SAVING_WEIGHT tokens."""
-        return (SAVING_PRIOR * SAVING_WEIGHT + self._saved) / (SAVING_WEIGHT + self._saved_tok)
-
-    def read_units(self, n: int) -> float:
-        """Units of the draft reading n tokens of context beyond a one-token forward (catch_up_units)."""
-        return self.catch_up_units(n)
+        return saving_per_token(self._saved, self._saved_tok)
 
     def worth_reading(self, n: int, tokens_left: int) -> bool:
         """Whether the draft should read the n tokens of context now, to draft in this and later steps: what drafting
-        saves a token lately (saving) over the tokens left must repay the reading (read_units). A draft without a cost
-        profile, whose reading cannot be priced, reads."""
-        read = self.read_units(n)
+        saves a token lately (saving) over the tokens left must repay the reading (catch_up_units over the n tokens). A
+        draft without a cost profile, whose reading cannot be priced, reads."""
+        read = self.catch_up_units(n)
         return read <= 0 or self.saving * max(0, tokens_left) > read
 
     def begin_answer(self) -> None:
@@ -677,6 +679,16 @@ def _read_saved(key: tuple) -> tuple[Path, dict] | None:
     return path, d
 
 
+def _saved_saving(d: dict) -> tuple[float, float]:
+    """The measured saving (units, tokens) of a saved memory, worth at most SAVING_CAP tokens with its mean kept; (0, 0)
+    in files from before it was saved. Raises ValueError (or TypeError, AttributeError) where it is damaged."""
+    sv = d.get("saving", {})
+    units, tokens = float(sv.get("units", 0.0)), float(sv.get("tokens", 0.0))
+    if not (math.isfinite(units) and math.isfinite(tokens) and tokens >= 0):
+        raise ValueError(f"bad saving {sv!r}")
+    return (units * SAVING_CAP / tokens, SAVING_CAP) if tokens > SAVING_CAP else (units, tokens)
+
+
 def _capped(c: list[float], cap: float) -> list[float]:
     """A Beta count [hits, n] worth at most `cap` verdicts, its mean kept."""
     hits, n = float(c[0]), float(c[1])
@@ -707,12 +719,9 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
         c, o, o_base = (float(costs[x]) for x in ("c", "o", "o_base"))
         tok, units = float(rate["tokens"]), float(rate["units"])
         all_tok, all_units = float(rate.get("all_tokens", 0.0)), float(rate.get("all_units", 0.0))  # absent from older files: 0
-        saving = d.get("saving", {})  # absent from older files: the prior alone
-        saved_units, saved_tok = float(saving.get("units", 0.0)), float(saving.get("tokens", 0.0))
+        saved_units, saved_tok = _saved_saving(d)
         answers, saved = int(d.get("answers", 0)), str(d.get("saved", "?"))
-        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, saved_tok, *first_q)):
-            return None
-        if not math.isfinite(saved_units):
+        if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, *first_q)):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -721,8 +730,6 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
     auto._tok, auto._units, auto._all_tok, auto._all_units, auto.answers = tok, units, all_tok, all_units, answers
-    if saved_tok > SAVING_CAP:
-        saved_units, saved_tok = saved_units * SAVING_CAP / saved_tok, SAVING_CAP
     auto._saved, auto._saved_tok = saved_units, saved_tok
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
             f"{path}); SPECDECK_KAUTO_MEMORY=off starts it from its priors")
@@ -740,11 +747,7 @@ def saved_summary(key: tuple) -> dict | None:
         acc, n = d["calibration"]["acc"], d["calibration"]["n"]
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
-        sv = d.get("saving", {})
-        units, tokens = float(sv.get("units", 0.0)), float(sv.get("tokens", 0.0))
-        if not (math.isfinite(units) and math.isfinite(tokens) and tokens >= 0):
-            return None  # as load_learnt: a damaged file is ignored
-        saving = (SAVING_PRIOR * SAVING_WEIGHT + units) / (SAVING_WEIGHT + tokens)
+        saving = saving_per_token(*_saved_saving(d))  # as a run would start from it
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):
         return None

@@ -512,7 +512,7 @@ def test_k_auto_leaves_the_draft_unread_where_drafting_saved_too_little_to_repay
 
     learnt = auto()
     learnt._saved, learnt._saved_tok = 0.0, 500.0  # drafting saved nothing over 500 tokens: 0.009 a token with the prior
-    assert learnt.read_units(len(ids)) > learnt.saving * 24
+    assert learnt.catch_up_units(len(ids)) > learnt.saving * 24
     d = DraftModelDrafter(draft, auto=learnt)
     steps, st = run(target, d, ids, s)
     assert st.output_ids == base.output_ids and st.drafted == 0 and st.draft_forwards == 0 and d.state is None

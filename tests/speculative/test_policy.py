@@ -580,7 +580,7 @@ def test_the_draft_reads_the_context_only_where_drafting_saves_enough_to_repay_i
 
     auto = AutoK(LLAMA, draft=LLAMA_DRAFT)
     assert auto.saving == pytest.approx(SAVING_PRIOR)
-    read = auto.read_units(61)  # code-1's prompt: c · (T_d(61) − T_d(1)) / T_d(1) = 0.45 · 0.24 · 60
+    read = auto.catch_up_units(61)  # code-1's prompt: c · (T_d(61) − T_d(1)) / T_d(1) = 0.45 · 0.24 · 60
     assert read == pytest.approx(0.45 * 0.24 * 60)
     assert auto.worth_reading(61, 48)  # the prior: 0.3 · 48 = 14.4 units over the answer, more than 6.5
 
