@@ -28,6 +28,8 @@ that wins here is confirmed by a bench.
     python resources/bench/kauto_replay.py --prompts resources/bench/specbench-first-per-category.jsonl \\
         --records /tmp/first8.records --json /tmp/kauto-replay-8.json
 
+`--backend llamacpp` calibrates the llama.cpp pair (both Q4_K_M) instead; records say which pair made them.
+
 Prints the CPU the calibration ran on; the figures of a run live in resources/bench/README.md with the command.
 """
 
@@ -70,6 +72,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", help="JSONL file with id, prompt, category (to calibrate on; not needed when --records exist)")
     ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--backend", choices=("torch", "llamacpp"), default="torch",
+                    help="PyTorch (the draft at --dtype) or llama.cpp (both Q4_K_M GGUF); records keep the backend they were made on")
     ap.add_argument("--dtype", default="int8", help="the PyTorch draft's precision")
     ap.add_argument("--records", action="append", default=[],
                     help="a calibration's records: read if the file exists, else written after calibrating --prompts; repeat it "
@@ -97,8 +101,10 @@ def main() -> int:
             if not args.prompts:
                 ap.error(f"{path} does not exist: give --prompts to calibrate on")
             print(f"machine: {machine_summary()}", flush=True)
-            records, curve, scale, draft_curve, profiles, _heads = calibrate(TARGET, DRAFT, args.prompts, args.tokens, args.dtype)
-            doc = dict(records=records, curve=curve, scale=scale, draft_curve=draft_curve, profiles=profiles, machine=machine_summary())
+            pre, dtype = ("llamacpp-", None) if args.backend == "llamacpp" else ("", args.dtype)
+            records, curve, scale, draft_curve, profiles, _heads = calibrate(pre + TARGET, pre + DRAFT, args.prompts, args.tokens, dtype)
+            doc = dict(records=records, curve=curve, scale=scale, draft_curve=draft_curve, profiles=profiles, machine=machine_summary(),
+                       backend=args.backend, dtype=dtype)
             if path is not None:
                 path.write_bytes(pickle.dumps(doc))
         if doc["profiles"][0] is None:
@@ -106,7 +112,11 @@ def main() -> int:
             return 1
         docs.append(doc)
     # the finder names a float32 draft's lanes without a dtype (its default precision)
-    tail = f",dtype={args.dtype}" if args.dtype and args.dtype != "float32" else ""
+    backend, dtype = docs[0].get("backend", "torch"), docs[0].get("dtype", args.dtype)  # records from before: PyTorch at --dtype
+    if any(d.get("backend", "torch") != backend for d in docs):
+        ap.error("--records of one backend at a time")
+    target, draft = ("llamacpp-" if backend == "llamacpp" else "") + TARGET, ("llamacpp-" if backend == "llamacpp" else "") + DRAFT
+    tail = f",dtype={dtype}" if dtype and dtype != "float32" else ""
     memory = None  # what --saved starts from: {path, answers, saved} of the pair's saved memory, as `profile` shows it
     if args.saved:
         from app.speculative.policy import saved_summary
@@ -115,7 +125,7 @@ def main() -> int:
         memory = saved_summary((t_prof.key, d_prof.key)) if d_prof is not None else None
         print(f"k=auto starts from the saved memory: {memory}" if memory else "--saved: nothing saved of this pair here; k=auto starts from its priors",
               flush=True)
-    drafter = f"draft:{DRAFT}{tail}"
+    drafter = f"draft:{draft}{tail}"
 
     # predicted and baseline walls per prompt, pooled over the calibrations: "auto" and each fixed setup's label
     pred: dict[str, dict[str, float]] = defaultdict(dict)
@@ -147,7 +157,7 @@ def main() -> int:
                     doc = docs[d]
                     t_prof, d_prof = doc["profiles"]
                     saved = (t_prof.key, d_prof.key) if args.saved and d_prof is not None else None
-                    auto = replay_auto([pc], drafter, f"draft:{DRAFT},k=auto{tail}", t_prof, d_prof, doc["curve"], saved=saved,
+                    auto = replay_auto([pc], drafter, f"draft:{draft},k=auto{tail}", t_prof, d_prof, doc["curve"], saved=saved,
                                        counts=done if o == 0 else None, memory=key)
                     if auto is None:
                         continue
@@ -235,7 +245,7 @@ def main() -> int:
         for r in by_cat:
             if r["category"] in low:
                 r["worst_order_ratio"] = low[r["category"]]
-    Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=TARGET, draft=drafter, records=args.records,
+    Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=target, draft=drafter, records=args.records,
                                                tokens=args.tokens, orders=orders, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
                                                by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}, hf_rule=hf_rule,
                                                saved=memory), indent=1))
