@@ -11,7 +11,7 @@ import torch
 from app.speculative.policy import AutoK, Calibration, StepTiming, load_learnt, recall, remember, save_learnt
 from app.speculative.verifier import sample, warp
 
-__all__ = ["ALTS", "UNREAD_NOTE", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
+__all__ = ["ALTS", "UNREAD_NOTE", "BEHIND_NOTE", "DraftContext", "Proposal", "Drafter", "NoDrafter", "NGramDrafter", "DraftModelDrafter"]
 
 #: a greedy draft model's best tokens recorded at each drafted position (Proposal.alts)
 ALTS = 4
@@ -19,6 +19,12 @@ ALTS = 4
 UNREAD_NOTE = ("k=auto did not read the prompt into the draft, and decoded as the baseline does: reading it would have cost "
                "more than drafting had lately saved over the tokens left (a step's tooltip says how much; `profile TARGET "
                "--draft DRAFT` shows the saving)")
+
+
+#: a k=auto lane's note when it ended with its draft left behind (DraftModelDrafter.finish)
+BEHIND_NOTE = ("k=auto left the draft behind at the end of the answer: catching it up over the tokens emitted while steps "
+               "drafted nothing would have cost more than drafting had lately saved over the tokens left (a step's tooltip "
+               "says how much)")
 
 
 @dataclass
@@ -52,7 +58,9 @@ class Proposal:
     q_drafted: q(d_i) per token when known (tooltips); forwards: draft model forward passes spent;
     why: the reason for this k (k=auto), for tooltips; read_s: seconds of this proposal the draft spent reading the
     prompt, not drafting (k=auto's draft reads it in the first step that drafts: the loop counts it as prefill and
-    keeps it out of the step times the policy learns c from); parents: for a token tree, each token's parent index
+    keeps it out of the step times the policy learns c from); catch_up_s: seconds of it the draft spent catching up over
+    tokens emitted while steps drafted nothing (k=auto: a decode step's cost, but kept out of the step times the policy
+    learns c and what drafting saves from, as the reading is); parents: for a token tree, each token's parent index
     (−1: the last token of the sequence; see app.speculative.tree), None for a chain; alts: a greedy draft model's
     ALTS best tokens at each drafted position, best (its draft) first — where the target rejects a draft, the rank of
     the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank);
@@ -68,6 +76,7 @@ class Proposal:
     alts: list[tuple[int, ...]] | None = None
     read_s: float = 0.0
     searches: list[int] | None = None
+    catch_up_s: float = 0.0
 
 
 class Drafter(Protocol):
@@ -239,13 +248,16 @@ class DraftModelDrafter:
         self._dropped: float | None = None  # auto: the calibrated acceptance of a first draft made, then not verified
         self._opening = False  # auto: the step being verified is step 0 (its first draft: the answer's first token)
         self._prompt_len = 0
+        self._held = False  # auto: the last step drafted nothing because reading or catching up would not repay itself
         self._unread = False  # auto: a step declined to read the context into the draft (AutoK.worth_reading)
+        self._left_behind = False  # auto: a step declined to catch the draft up, and none has drafted since
         self.state: Any = None  # the draft's decode state (its KV cache), made by start(): one per lane
         self.seen: list[int] = []  # ids in the draft's cache
 
     def start(self, prompt_ids: list[int]) -> None:
         self.seen = []
         self._scores = []
+        self._held = self._unread = self._left_behind = False
         self._prompt_len = len(prompt_ids)
         if self.auto is not None:
             self.auto.begin_answer()
@@ -268,8 +280,9 @@ class DraftModelDrafter:
         auto = self.auto
         if auto is not None:
             auto.observe(ctx.last)
-            if self.state is not None:  # the previous step drafted with the context read (AutoK.count_saving)
+            if self.state is not None and not self._held:  # a step made with the context read (AutoK.count_saving)
                 auto.count_saving(ctx.last)
+            self._held = False
             k = min(auto.k_max, ctx.max_k)
             first = len(ctx.ids) <= self._prompt_len  # step 0: drafts ride on the prompt's forward
             if k <= 0 or (first and not auto.can_ever_pay(k)):
@@ -282,19 +295,30 @@ class DraftModelDrafter:
             return Proposal([])
         return self._propose(ctx, k, None)
 
-    def _propose(self, ctx: DraftContext, k: int, auto: AutoK | None) -> Proposal:
-        ids = ctx.ids
-        # roll back to the common prefix with the real sequence, keep at least one id to feed
-        common = 0
-        lim = min(len(self.seen), len(ids) - 1)
+    def common_prefix(self, ids: list[int]) -> int:
+        """How many of `ids` the draft has read as they are — its cache's common prefix with them, at most all but the
+        last (a proposal feeds at least one id); the rest, len(ids) minus this, is what it must read before drafting."""
+        common, lim = 0, min(len(self.seen), len(ids) - 1)
         while common < lim and self.seen[common] == ids[common]:
             common += 1
-        # a draft that is behind first catches up, which the first draft must pay for — but reading the prompt is paid
-        # once per lane, whenever drafting starts: it is spread over the tokens left (charged whole to one step, a long
-        # prompt kept k=auto from ever starting)
-        extra = auto.catch_up_units(len(ids) - common) if auto is not None else 0.0
-        if self.state is None:
-            extra /= max(1, ctx.max_k + 1)
+        return common
+
+    def _propose(self, ctx: DraftContext, k: int, auto: AutoK | None) -> Proposal:
+        ids = ctx.ids
+        common = self.common_prefix(ids)  # roll back to it: the draft reads the rest
+        # a draft that is behind first catches up, which the first draft must pay for. After a step that kept all its
+        # drafts the draft has not read the last of them nor the target's token after it (after one that kept some, the
+        # target's token): that much is fed with every step's first draft, the step's own cost. What lies beyond — the
+        # prompt, before the draft first reads; the tokens emitted while steps drafted nothing — is read once, an
+        # investment in every later step that drafts: its price is spread over the tokens left (charged whole to one
+        # step, a long prompt kept k=auto from ever starting, and a draft that had fallen behind fell further behind
+        # each step it waited, until it never drafted again: resources/bench/README.md, "k=auto's catch-up"), and it is
+        # made only where what drafting saves a token lately repays it over the tokens left (AutoK.worth_reading)
+        behind = len(ids) - common
+        extra = 0.0
+        if auto is not None:
+            own = auto.catch_up_units(min(behind, 2)) if self.state is not None else 0.0  # a first reading: all of it
+            extra = own + (auto.catch_up_units(behind) - own) / max(1, ctx.max_k + 1)
         p_opening = auto.acceptance.p_opening if auto is not None and self._opening else None  # AutoK.ended
         if auto is not None and not auto.worth_drafting_more([], k, p_next=p_opening, extra=extra) and (
                 p_opening is not None or not auto.worth_a_look(self.calibration, k, extra=extra)):
@@ -304,17 +328,21 @@ class DraftModelDrafter:
                 why = "k=auto: drafting cannot pay on this target even if every draft were accepted"
             else:
                 why = f"k=auto: expected acceptance of a first draft {p_first:.2f} too low to pay"
-                if len(ids) - common > 1:
-                    why += f" (the draft would first catch up over {len(ids) - common} tokens)"
+                if behind > 1:
+                    why += f" (the draft would first catch up over {behind} tokens)"
             return Proposal([], why=why)
-        # where this step would draft, the draft reads the context (the prompt, and what was emitted before drafting
-        # started) only if what drafting saves a token lately repays that over the tokens left (AutoK.worth_reading)
-        if auto is not None and self.state is None and not auto.worth_reading(len(ids), ctx.max_k + 1):
-            self._unread = True
-            return Proposal([], why=(f"k=auto: reading the {len(ids)} tokens so far into the draft would cost "
-                                     f"{auto.catch_up_units(len(ids)):.1f} decode steps, more than drafting saved here lately "
-                                     f"({auto.saving:.2f} of a step a token, {auto.saving * (ctx.max_k + 1):.1f} over the "
-                                     f"{ctx.max_k + 1} tokens left)"))
+        if auto is not None and behind > 2 and not auto.worth_reading(behind, ctx.max_k + 1):
+            # held back by the reading, not by what drafting would make: such a step is no evidence of what drafting
+            # saves (count_saving skips it), or the gate would hold the draft back for good
+            self._held = True
+            self._unread |= self.state is None
+            self._left_behind = self.state is not None
+            what = (f"reading the {behind} tokens so far into the draft" if self.state is None else
+                    f"catching the draft up over the {behind} tokens it has not read")
+            return Proposal([], why=(f"k=auto: {what} would cost {auto.catch_up_units(behind):.1f} decode steps, more than "
+                                     f"drafting saved here lately ({auto.saving:.2f} of a step a token, "
+                                     f"{auto.saving * (ctx.max_k + 1):.1f} over the {ctx.max_k + 1} tokens left)"))
+        catching_up = auto is not None and self.state is not None and behind > 2
         read_s = 0.0
         if self.state is None:
             t_read = time.perf_counter()
@@ -335,8 +363,19 @@ class DraftModelDrafter:
         cum: list[float] = []  # auto: P(first j drafts all accepted)
         forwards = 0
         p_all = 1.0
+        catch_up_s = 0.0
+        self._left_behind = False
         while True:
-            logits = self.state.forward(feed, last_only=True)[-1]  # [V]
+            if catching_up and auto is not None:
+                # the catch-up's share of this forward (Proposal.catch_up_s), as the draft's profile prices it
+                t_fwd = time.perf_counter()
+                logits = self.state.forward(feed, last_only=True)[-1]
+                self.engine.sync()
+                dp = auto.draft_profile
+                catch_up_s = (time.perf_counter() - t_fwd) * (1.0 - dp.t(2) / dp.t(behind)) if dp is not None else 0.0
+                catching_up = False
+            else:
+                logits = self.state.forward(feed, last_only=True)[-1]  # [V]
             forwards += 1
             self.seen.extend(feed)
             if sampling:
@@ -371,7 +410,7 @@ class DraftModelDrafter:
             drafted, q_drafted, qs, alts = drafted[:keep], q_drafted[:keep], qs[:keep], alts[:keep]
             self._scores = list(q_drafted)
         return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why, alts=alts or None,
-                        read_s=read_s)
+                        read_s=read_s, catch_up_s=catch_up_s)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         if self.auto is not None:
@@ -395,6 +434,8 @@ class DraftModelDrafter:
         (the loop adds them when the lane ends)."""
         if self.auto is not None and self.state is None and self._unread:
             self.notes.append(UNREAD_NOTE)
+        elif self.auto is not None and self._left_behind:
+            self.notes.append(BEHIND_NOTE)
         if self.auto is None or self.memory is None or not self.learn:
             return
         self.auto.answers += 1  # the state feedback() remembered is this one

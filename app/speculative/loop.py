@@ -108,8 +108,8 @@ class LoopRunner:
                 ev, row, k = self._chain_step(rec, tstate, pending, prop, sampling, gen, t0)
             if drafter.wants_hidden:
                 hidden = tstate.hidden[row]
-            if ev.step > 0:  # the draft reading the prompt is not a draft forward (Proposal.read_s)
-                read = min(prop.read_s, ev.t_draft_s)
+            if ev.step > 0:  # the draft reading the prompt, or catching up, is not a draft forward (Proposal.read_s, catch_up_s)
+                read = min(prop.read_s + prop.catch_up_s, ev.t_draft_s)
                 last = StepTiming(k + 1, ev.t_verify_s, ev.t_draft_s - read, prop.forwards, ev.t_wall_s - read, len(ev.emitted_ids))
             seq.extend(ev.emitted_ids)
             if ev.emitted_ids:

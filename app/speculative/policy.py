@@ -55,7 +55,10 @@ over the rest of the answer, so it is made only where drafting has lately saved 
 read, measured on each step as a ratio to its own verify time (:meth:`AutoK.count_saving`), around a prior of
 SAVING_PRIOR units a token. On llama.cpp on a 2-core Xeon the 0.5B draft took 4–14 target decode steps to read a
 Spec-Bench prompt, and drafting then saved −0.3 … 3 steps over the 48-token answer: k=auto lost 9 % to the baseline
-(resources/bench/README.md, "k=auto's reading of the prompt").
+(resources/bench/README.md, "k=auto's reading of the prompt"). A draft that fell behind while steps drafted nothing
+catches up the same way: the tokens it missed are an investment priced over the tokens left and gated by the same
+saving, where charged whole to the step that resumed drafting they grew each step it waited, and a llama.cpp lane that
+had stopped drafting for a few steps never drafted again (resources/bench/README.md, "k=auto's catch-up").
 
 For n-gram lookup acceptance is estimated per match length and position, also from what was emitted after tokens it
 did not propose (free evidence).
@@ -386,9 +389,10 @@ class AutoK:
         return saving_per_token(self._saved, self._saved_tok)
 
     def worth_reading(self, n: int, tokens_left: int) -> bool:
-        """Whether the draft should read the n tokens of context now, to draft in this and later steps: what drafting
-        saves a token lately (saving) over the tokens left must repay the reading (catch_up_units over the n tokens). A
-        draft without a cost profile, whose reading cannot be priced, reads."""
+        """Whether the draft should read the n tokens of context it has not read now, to draft in this and later steps —
+        the prompt, before its first draft of an answer, or the tokens emitted while steps drafted nothing: what
+        drafting saves a token lately (saving) over the tokens left must repay the reading (catch_up_units over the n
+        tokens). A draft without a cost profile, whose reading cannot be priced, reads."""
         read = self.catch_up_units(n)
         return read <= 0 or self.saving * max(0, tokens_left) > read
 

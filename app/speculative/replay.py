@@ -8,7 +8,8 @@ keeps or rejects as it did, with the recorded confidence; past a rejection it re
 drafted there (then 0.05: a draft that has lost the thread). The target's verdict is the record's, and each step's
 times come from the finder's cost model — V(n) the verify curve fitted to this run, c and o the calibration lane's,
 T(1) the baseline's — so the policy learns costs as it would in a lane (StepTiming), with the target's cost profile as
-its own prior, as a real lane has.
+its own prior, as a real lane has. The calibration's draft forwards were at most 2 tokens wide; a draft that catches up
+after steps that drafted nothing pays for the rest of its forward's width as the draft's cost profile prices it.
 
 The prompts are replayed in order in one "worker": what the policy learnt on one prompt carries to the next (the
 lane's `memory`), kept apart from this process's real lanes; the first starts, as a real lane does, from what earlier
@@ -170,6 +171,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             n_steps = n_drafted = n_kept = 0
             while n_gen < pc.new_tokens:
                 budget = pc.new_tokens - n_gen - 1
+                behind = len(ids) - d.common_prefix(ids)  # what the draft must read first (catching up)
                 prop = d.propose(DraftContext(ids, max_k=budget, last=last))
                 drafted = prop.ids[: max(0, budget)]
                 k = len(drafted)
@@ -177,9 +179,19 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 d.feedback(k, a)
                 n_steps, n_drafted, n_kept = n_steps + 1, n_drafted + k, n_kept + a
                 t_draft = prop.forwards * price.c * t1
-                rs = 0.0  # the draft reading the prompt, in the first step that drafts (Proposal.read_s)
+                # the draft reading the prompt, in the first step that drafts (Proposal.read_s), or catching up over the
+                # tokens emitted while steps drafted nothing (Proposal.catch_up_s): not a draft forward, kept out of the
+                # times the policy learns from. The calibration's draft forwards (c) were at most 2 tokens wide; the rest
+                # of a wider one as the draft's profile prices it, from the prompt's recorded reading on
+                rs = 0.0
                 if prop.forwards and not read:
-                    t_draft, read, rs = t_draft + read_s, True, read_s
+                    rs = read_s
+                    if behind - 1 > n_prompt and draft is not None:  # read late: the tokens emitted since, too
+                        rs += price.c * t1 * (draft.t(behind - 1) - draft.t(n_prompt)) / draft.t1_s
+                    read = True
+                elif prop.forwards and behind > 2 and draft is not None:
+                    rs = price.c * t1 * (draft.t(behind) - draft.t(2)) / draft.t1_s
+                t_draft += rs
                 if n_gen == 0:  # step 0: the prompt's forward verifies the drafts
                     wall += prompt_s + t_draft + k * price.marginal_verify() * t1
                 else:

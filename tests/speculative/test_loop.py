@@ -522,6 +522,46 @@ def test_k_auto_leaves_the_draft_unread_where_drafting_saved_too_little_to_repay
     assert st.output_ids == base.output_ids and st.drafted > 0 and UNREAD_NOTE not in st.notes
 
 
+def test_k_auto_catches_up_a_draft_that_fell_behind_where_drafting_repays_it(tiny):
+    """A draft that fell behind while steps drafted nothing (here by 60 tokens) catches up where drafting pays: the
+    catch-up is an investment in every later step that drafts, priced over the tokens left as the prompt's reading is.
+    Charged whole to one step, it kept a llama.cpp lane from drafting again once it had stopped for a few steps — the
+    draft fell further behind each step it waited. Where drafting has lately saved too little to repay it, the draft
+    stays behind, and the step and the lane's notes say why."""
+    from app.speculative.drafters import BEHIND_NOTE
+    from app.speculative.policy import AutoK
+
+    _, draft = tiny
+    ids = draft.encode_prompt(PROMPTS[0], chat=False)
+    behind = (ids * 20)[:60]
+
+    def auto():  # a flat verify curve; a draft forward costs 0.3 target forwards per token it reads
+        a = AutoK(_curve(lambda n: 1.0 + 0.01 * n), draft=_curve(lambda n: 1.0 * n, t1=0.003))
+        a.start, a.acceptance.first["bonus"] = "bonus", [0.9 * 50, 50.0]  # drafts after a kept proposal are kept 0.9
+        return a
+
+    for saved, catches_up in ((300.0, True), (0.0, False)):
+        a = auto()
+        d = DraftModelDrafter(draft, auto=a)
+        d.start(ids[:-3])  # the prompt, and 3 tokens emitted without drafting
+        first = d.propose(DraftContext(list(ids), 40))
+        assert first.ids and d.state is not None  # it read the prompt and drafted
+        d.feedback(len(first.ids), len(first.ids))
+        a.start = "bonus"
+        a._saved, a._saved_tok = saved, 500.0  # what drafting saved a token lately: 0.59 of a step, or 0.01
+        now = [*ids, *first.ids, *behind]
+        lag = len(now) - d.common_prefix(now)  # what the draft has not read
+        assert lag > 60 and a.catch_up_units(lag) > 15  # more than any one step can gain on this curve
+        prop = d.propose(DraftContext(now, 40))
+        d.finish()
+        if catches_up:
+            assert prop.ids and prop.forwards >= 1 and d.seen == now[: len(d.seen)] and len(d.seen) >= len(now) - 1
+            assert prop.catch_up_s > 0 and not d.notes
+        else:
+            assert not prop.ids and prop.forwards == 0 and prop.catch_up_s == 0
+            assert f"catching the draft up over the {lag} tokens it has not read" in prop.why and d.notes == [BEHIND_NOTE]
+
+
 def test_k_auto_sampling_keeps_proposal_and_distributions_aligned(tiny):
     """With sampling, a k=auto proposal that keeps fewer drafts than it made must pass the verifier the draft
     distributions of exactly the kept drafts (q[i] is the distribution d_i was sampled from)."""
