@@ -342,7 +342,8 @@ class DraftModelDrafter:
             return Proposal([], why=(f"k=auto: {what} would cost {auto.catch_up_units(behind):.1f} decode steps, more than "
                                      f"drafting saved here lately ({auto.saving:.2f} of a step a token, "
                                      f"{auto.saving * (ctx.max_k + 1):.1f} over the {ctx.max_k + 1} tokens left)"))
-        catching_up = auto is not None and self.state is not None and behind > 2
+        # catching up over more than a step's own 2 tokens: its share of the first forward is timed (Proposal.catch_up_s)
+        catch_up = auto.draft_profile if auto is not None and self.state is not None and behind > 2 else None
         read_s = 0.0
         if self.state is None:
             t_read = time.perf_counter()
@@ -366,16 +367,12 @@ class DraftModelDrafter:
         catch_up_s = 0.0
         self._left_behind = False
         while True:
-            if catching_up and auto is not None:
-                # the catch-up's share of this forward (Proposal.catch_up_s), as the draft's profile prices it
-                t_fwd = time.perf_counter()
-                logits = self.state.forward(feed, last_only=True)[-1]
+            t_fwd = time.perf_counter()
+            logits = self.state.forward(feed, last_only=True)[-1]  # [V]
+            if catch_up is not None:  # the catch-up's share of this forward, as the draft's profile prices it
                 self.engine.sync()
-                dp = auto.draft_profile
-                catch_up_s = (time.perf_counter() - t_fwd) * (1.0 - dp.t(2) / dp.t(behind)) if dp is not None else 0.0
-                catching_up = False
-            else:
-                logits = self.state.forward(feed, last_only=True)[-1]  # [V]
+                catch_up_s = (time.perf_counter() - t_fwd) * (1.0 - catch_up.t(2) / catch_up.t(behind))
+                catch_up = None
             forwards += 1
             self.seen.extend(feed)
             if sampling:
