@@ -115,7 +115,8 @@ def main() -> int:
     backend, dtype = docs[0].get("backend", "torch"), docs[0].get("dtype", args.dtype)  # records from before: PyTorch at --dtype
     if any(d.get("backend", "torch") != backend for d in docs):
         ap.error("--records of one backend at a time")
-    target, draft = ("llamacpp-" if backend == "llamacpp" else "") + TARGET, ("llamacpp-" if backend == "llamacpp" else "") + DRAFT
+    pre = "llamacpp-" if backend == "llamacpp" else ""  # the llama.cpp pair's engine names
+    target, draft = pre + TARGET, pre + DRAFT
     tail = f",dtype={dtype}" if dtype and dtype != "float32" else ""
     memory = None  # what --saved starts from: {path, answers, saved} of the pair's saved memory, as `profile` shows it
     if args.saved:
