@@ -249,6 +249,7 @@ def main() -> int:
     Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=target, draft=drafter, records=args.records,
                                                tokens=args.tokens, orders=orders, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
                                                by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}, hf_rule=hf_rule,
+                                               base_wall_s=base, pred_wall_s={n: dict(v) for n, v in pred.items()},
                                                saved=memory), indent=1))
     print(f"written: {args.json}")
     return 0
