@@ -267,7 +267,8 @@ def main() -> int:
             row["hf_parting"] = d
             parted += f"   hf: {d['differ']}/{d['shared']} {d['against']}/{d['for_auto']}"
         out_prompts.append(row)
-        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {row.get('vs_hf', float('nan')):>6.3f}   "
+        hf_col = f"{row['vs_hf']:>6.3f}" if "vs_hf" in row else f"{'–':>6}"  # no hf-assisted lane (a llama.cpp run)
+        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {hf_col}   "
               f"{below:<13}" + parted)
 
     def said(x: dict) -> str:

@@ -58,6 +58,7 @@ def test_hand_tuning_picks_each_prompts_setup_on_the_other_prompts_of_its_catego
     by = {p["prompt"]: p for p in v["prompts"]}
     assert (by["c1"]["hand_tuned"], by["c2"]["hand_tuned"], by["m1"]["hand_tuned"]) == (K8, K16, K16)
     assert by["c1"]["vs_hand_tuned"] == pytest.approx(6.0 / 5.0) and by["m1"]["vs_hand_tuned"] == pytest.approx(1.0)
+    assert "nan" not in r.stdout  # no hf-assisted lane (as in a llama.cpp run): its column says – on every row
     cats = {c["category"]: c for c in v["categories"]}
     # coding: hand-tuned 6 + 6 s against k=auto's 5 + 5 s; against the hindsight best (k=16 on both, 9 s) 0.9
     assert cats["coding"]["vs_hand_tuned"] == pytest.approx(1.2) and cats["coding"]["ratio"] == pytest.approx(0.9)
