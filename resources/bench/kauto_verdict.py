@@ -42,6 +42,7 @@ import sys
 import warnings
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -101,8 +102,10 @@ def hand_tuned(prompts: list[str], cats: dict[str, str], fixed: list[str], wall)
     return out
 
 
-def _run_file(path: str) -> tuple[dict, dict[tuple[str, str, int], list]]:
-    """A run file's report, and each recorded lane's steps by (prompt, setup, repeat); warm-up lanes left out."""
+def run_file_lanes(path: str) -> tuple[Any, dict[tuple[str, str, int], list]]:
+    """A run file's record (app.worker.runfile.RunRecord: its plan, report and machine), and each recorded lane's
+    steps by (prompt, setup, repeat), step 0 included; warm-up lanes left out. Raises the run file's own
+    SpecDeckError where it cannot be read (shared with verify_widths.py)."""
     from app.core.events import StepEvent
     from app.worker.runfile import load
 
@@ -112,7 +115,7 @@ def _run_file(path: str) -> tuple[dict, dict[tuple[str, str, int], list]]:
     for _, ev in rec.events:
         if isinstance(ev, StepEvent) and ev.lane_id in spec:
             lanes[spec[ev.lane_id]].append(ev)
-    return rec.report, dict(lanes)
+    return rec, dict(lanes)
 
 
 def draft_parting(steps: dict, auto: str, fixed: str, prompt: str, runs: list[int]) -> dict | None:
@@ -157,7 +160,8 @@ def main() -> int:
     for i, p in enumerate(args.reports):
         try:
             if Path(p).suffix == ".specdeck":
-                doc, lanes = _run_file(p)
+                rec, lanes = run_file_lanes(p)
+                doc = rec.report
                 steps.update({(i, *key): st for key, st in lanes.items()})
             else:
                 doc = json.loads(Path(p).read_text(encoding="utf-8"))

@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from app.core.report_text import CPU_WAIT_WARN_LANE as MAX_WAIT  # noqa: E402  (a lane the bench names as having waited)
 
@@ -44,11 +45,11 @@ def _nearest(ns: tuple[int, ...], m: int) -> int:
 def main() -> int:
     from dataclasses import replace
 
+    from kauto_verdict import run_file_lanes
+
     from app.core.costs import CostProfile
-    from app.core.errors import SetupError
-    from app.core.events import StepEvent
+    from app.core.errors import SetupError, SpecDeckError
     from app.core.setups import parse_setup
-    from app.worker.runfile import load
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a run file (bench --record) with a baseline and draft lanes")
@@ -58,7 +59,11 @@ def main() -> int:
     ap.add_argument("--json", help="write the table and its means here")
     args = ap.parse_args()
 
-    rec = load(args.run)
+    try:
+        rec, recorded = run_file_lanes(args.run)
+    except SpecDeckError as e:  # the run file's own message names the file and the fix
+        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if getattr(e, "fix", None) else ""), file=sys.stderr)
+        return 2
     target = rec.plan.target
     profiles = [CostProfile.from_json(p) for p in rec.report.get("cost_profiles", []) if p.get("engine") == target]
     if not profiles:
@@ -79,23 +84,20 @@ def main() -> int:
             return None
         return "draft" if parsed.prefix == "draft" and parsed.target is None else None
 
-    lanes = {lane.lane_id: (kind(lane.setup), lane.prompt_id) for lane in rec.plan.lanes if lane.prompt_id not in waited}
-    steps: dict[str, list[StepEvent]] = defaultdict(list)
-    for _, ev in rec.events:
-        if isinstance(ev, StepEvent) and ev.lane_id in lanes and ev.step > 0:  # step 0 verifies with the prompt
-            steps[ev.lane_id].append(ev)
-    base: dict[str, list[float]] = defaultdict(list)  # every repeat's baseline decode steps of a prompt
-    for lid, (k, p) in lanes.items():
-        if k == "baseline":
-            base[p].extend(s.t_verify_s for s in steps[lid])
+    # (kind, prompt) → every repeat's decode steps (step 0 verifies with the prompt)
+    steps: dict[tuple[str, str], list] = defaultdict(list)
+    for (p, setup, _), st in recorded.items():
+        if p not in waited and (k := kind(setup)) is not None:
+            steps[(k, p)].extend(s for s in st if s.step > 0)
+    base = {p: [s.t_verify_s for s in st] for (k, p), st in steps.items() if k == "baseline"}
     t1 = {p: statistics.median(ts) for p, ts in base.items() if ts and statistics.median(ts) > 0}
     if not t1:
         print(f"{args.run} has no baseline lane to measure a decode step by", file=sys.stderr)
         return 1
     rows_of: dict[int, list[tuple[float, float, float | None]]] = defaultdict(list)  # n: (lane V, profile V(m), medians V(m))
-    for lid, (k, p) in lanes.items():
+    for (k, p), st in steps.items():
         if k == "draft" and p in t1:
-            for s in steps[lid]:
+            for s in st:
                 m = s.k + 1
                 rows_of[_nearest(prof.ns, m)].append((s.t_verify_s / t1[p], prof.v(m), as_measured.v(m) if as_measured else None))
     print(f"{args.run}: {target} on {rec.machine.get('cpu') or prof.machine_text}"

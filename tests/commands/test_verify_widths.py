@@ -80,7 +80,11 @@ def test_a_prompt_whose_lane_waited_for_a_cpu_is_left_out(tmp_path):
     assert "left out, a lane waited for a CPU: p2" in out
 
 
-def test_a_run_file_without_the_targets_profile_is_refused_by_name(tmp_path):
+def test_a_run_file_without_the_targets_profile_or_unreadable_is_refused_in_one_message(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), _run_file(tmp_path, with_profile=False)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 1 and f"carries no cost profile of its target {TARGET}" in r.stderr
+    bad = tmp_path / "bad.specdeck"
+    bad.write_bytes(b"not a run file")
+    r = subprocess.run([sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
