@@ -15,8 +15,12 @@ Per category and overall it prints:
   same ratio in each run alone — with few prompts, how far the runs differ is the measure of how sure;
   k=auto against hf-assisted there (Σ wall_hf ÷ Σ wall_auto over the category's prompts, pooled); and k=auto
   against hand tuning (`÷ tuned`): on each prompt the fixed setup that was best on the category's other prompts
-  (:func:`hand_tuned`), as a user tunes on the prompts they have and runs the next one;
-* then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline, pooled.
+  (:func:`hand_tuned`), as a user tunes on the prompts they have and runs the next one; k=auto against the baseline
+  (`× base`, Σ wall_baseline ÷ Σ wall_auto) and, from run files, over the steps after step 0 alone (`decoding`:
+  :func:`vs_baseline_decoding`) — where k=auto drafted nothing, the prompt's forward is the same computation in both
+  lanes, and what it took apart is the machine's noise; the categories below BASELINE_GOAL are named with both;
+* then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline (and over its
+  decode steps), pooled.
 
 Run files (`bench --record RUN.specdeck`) can stand for their reports: they hold each lane's steps too, so each prompt
 also says where the draft itself, not k=auto's rule, parted k=auto's lane from the best fixed setup's: the answer
@@ -52,6 +56,9 @@ from app.commands.intervals import LEVEL, MIN_UNITS  # noqa: E402  (the bench's 
 from app.core.errors import SpecDeckError  # noqa: E402
 from app.core.report import draft_of  # noqa: E402  (a draft-model setup's draft, precision and target)
 from app.core.report_text import CPU_WAIT_WARN_LANE as MAX_WAIT  # noqa: E402  (a lane the bench names as having waited)
+
+#: the issue's goal for k=auto against the baseline, in every category
+BASELINE_GOAL = 0.97
 
 
 def _kind(setup: str) -> str | None:
@@ -147,6 +154,36 @@ def draft_parting(steps: dict, auto: str, fixed: str, prompt: str, runs: list[in
     return out if seen else None
 
 
+def decoding_walls(steps: dict, setup: str, prompt: str, runs: list[int]) -> tuple[float, int] | None:
+    """Over a prompt's recorded lanes of `setup` (every run in `runs`, every repeat): the seconds of the steps after
+    step 0 and the tokens they emitted — the answer decoded after the prompt's forward, which a lane that drafts
+    nothing there (k=auto, where its reading or its looks do not pay) computes exactly as the baseline does, so what
+    the two lanes' step 0 took apart is the machine's noise, not k=auto's doing. None where none was recorded."""
+    wall, tokens, seen = 0.0, 0, False
+    for j in runs:
+        for (r, p, s, _rep), st in steps.items():
+            if r == j and p == prompt and s == setup:
+                seen = True
+                wall += sum(e.t_wall_s for e in st if e.step > 0)
+                tokens += sum(len(e.emitted_ids) for e in st if e.step > 0)
+    return (wall, tokens) if seen and tokens > 0 else None
+
+
+def vs_baseline_decoding(steps: dict, auto: str, prompts: list[str], runs_of: dict[str, list[int]]) -> float | None:
+    """k=auto against the baseline over its decode steps alone (after step 0), pooled over `prompts`: the time the
+    baseline took a token, times the tokens k=auto decoded, summed, over the time k=auto took for them — so a lane
+    whose step 0 made more tokens (drafts riding on the prompt's forward) is judged on what it decoded after it. None
+    where a prompt's lanes were not recorded."""
+    base_s = auto_s = 0.0
+    for p in prompts:
+        b, a = decoding_walls(steps, "baseline", p, runs_of[p]), decoding_walls(steps, auto, p, runs_of[p])
+        if b is None or a is None:
+            return None
+        base_s += b[0] / b[1] * a[1]
+        auto_s += a[0]
+    return base_s / auto_s if auto_s > 0 else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reports", nargs="+", help="bench --json reports of the same prompts, or run files (bench --record, .specdeck)")
@@ -223,7 +260,7 @@ def main() -> int:
     groups = [("all", prompts), *((c, [p for p in prompts if cats.get(p) == c]) for c in dict.fromkeys(cats[p] for p in prompts))]
     out_cats = []
     print(f"{'category':<14} {'n':>2}  {'k=auto ÷ best fixed':>19}  {int(LEVEL * 100)}% interval   best fixed (pooled)      "
-          f"{'÷ hf':>6}" + ("  ÷ tuned" if len(prompts) > 1 else "") + "  per run")
+          f"{'÷ hf':>6}" + ("  ÷ tuned" if len(prompts) > 1 else "") + "  × base" + ("  decoding" if steps else "") + "  per run")
     with_hf = {p for p in prompts if hf is not None and all((j, p) in walls[hf] for j in runs_of[p])}
     tuned = hand_tuned(prompts, cats, fixed, lambda s, ps: float(pooled(s, ps).sum()))
     for name, ps in groups:
@@ -237,16 +274,21 @@ def main() -> int:
         hs = [p for p in ps if p in with_hf]
         vs_hf = float(pooled(hf, hs).sum() / pooled(auto, hs).sum()) if hf is not None and hs == ps else None
         vs_tuned = float(sum(pooled(tuned[p], [p]).sum() for p in ps) / pooled(auto, ps).sum()) if tuned else None
+        vs_base = float(pooled("baseline", ps).sum() / pooled(auto, ps).sum())
+        vs_base_dec = vs_baseline_decoding(steps, auto, ps, runs_of) if steps else None
         out_cats.append(dict(category=name, prompts=len(ps), ratio=value, lo=lo if np.isfinite(lo) else None,
-                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run, vs_hf=vs_hf, vs_hand_tuned=vs_tuned))
+                             hi=hi if np.isfinite(hi) else None, best=best, per_run=per_run, vs_hf=vs_hf, vs_hand_tuned=vs_tuned,
+                             vs_baseline=vs_base, vs_baseline_decoding=vs_base_dec))
         span = f"{lo:>5.3f}–{hi:<5.3f}" if np.isfinite(lo) else f"{'–':^11}"
         print(f"{name:<14} {len(ps):>2}  {value:>19.3f}  {span}   {best.split(',', 1)[1]:<24} "
-              + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + (f"  {vs_tuned:>7.3f}" if tuned else "") + "  "
+              + (f"{vs_hf:>6.3f}" if vs_hf is not None else f"{'–':>6}") + (f"  {vs_tuned:>7.3f}" if tuned else "")
+              + f"  {vs_base:>6.3f}" + ("" if not steps else f"  {vs_base_dec:>8.3f}" if vs_base_dec is not None else f"  {'–':>8}") + "  "
               + " ".join("  –  " if x is None else f"{x:.3f}" for x in per_run))
 
     parted_head = ("   draft parted from the best fixed lane (hf: from hf-assisted's): positions differing/shared, against/for k=auto"
                    if steps else "")
-    print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8} {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf" + parted_head)
+    print(f"\n{'prompt':<10} {'runs':>4} {'k=auto x':>8}" + (f" {'decoding':>8}" if steps else "")
+          + f" {'÷ best fixed':>12} {'÷ hf':>6}   runs below hf" + parted_head)
     out_prompts = []
     for p in prompts:
         js = runs_of[p]
@@ -255,6 +297,8 @@ def main() -> int:
         best_name = min(fixed, key=lambda s: sum(walls[s][(j, p)] for j in js))
         best_f = sum(walls[best_name][(j, p)] for j in js)
         row = dict(prompt=p, category=cats.get(p), runs=len(js), speedup=b / a, vs_best_fixed=best_f / a, best_fixed=best_name)
+        if steps:
+            row["speedup_decoding"] = vs_baseline_decoding(steps, auto, [p], runs_of)
         if tuned:
             row["hand_tuned"], row["vs_hand_tuned"] = tuned[p], sum(walls[tuned[p]][(j, p)] for j in js) / a
         below = ""
@@ -272,7 +316,8 @@ def main() -> int:
             parted += f"   hf: {d['differ']}/{d['shared']} {d['against']}/{d['for_auto']}"
         out_prompts.append(row)
         hf_col = f"{row['vs_hf']:>6.3f}" if "vs_hf" in row else f"{'–':>6}"  # no hf-assisted lane (a llama.cpp run)
-        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x {row['vs_best_fixed']:>12.3f} {hf_col}   "
+        dec = "" if not steps else f" {row['speedup_decoding']:>7.2f}x" if row["speedup_decoding"] is not None else f" {'–':>8}"
+        print(f"{p:<10} {len(js):>4} {row['speedup']:>7.2f}x{dec} {row['vs_best_fixed']:>12.3f} {hf_col}   "
               f"{below:<13}" + parted)
 
     def said(x: dict) -> str:
@@ -289,6 +334,14 @@ def main() -> int:
               "the draft itself went against k=auto: at positions both lanes drafted on the same prefix it proposed other tokens in "
               "k=auto's lane, rejected there where the fixed lane's were kept, more often than the reverse (those verdicts were the draft's numerics, "
               "not k=auto's rule)" + ("".join(f"\n  {r['prompt']} {r['vs_best_fixed']:.3f} ({first(r['draft_parting'])})" for r in luck)))
+    under = [c for c in out_cats if c["vs_baseline"] < BASELINE_GOAL]
+    print(f"\nk=auto below {BASELINE_GOAL}x the baseline in {sum(1 for c in under if c['category'] != 'all')} of "
+          f"{len(out_cats) - 1} categories" + (" and over all prompts" if any(c["category"] == "all" for c in under) else "")
+          + "".join(f"\n  {c['category']} {c['vs_baseline']:.3f}x" + (
+              "" if c["vs_baseline_decoding"] is None else
+              f", {c['vs_baseline_decoding']:.3f}x over the steps after the prompt's forward"
+              + (" (the rest is step 0: the prompt's forward, the same computation in both lanes where k=auto drafted nothing there)"
+                 if c["vs_baseline_decoding"] >= BASELINE_GOAL else "")) for c in under))
     if hf is not None:
         below_hf = [r for r in out_prompts if r.get("vs_hf", 2.0) < 1.0]
         print(f"\nk=auto below hf-assisted on {len(below_hf)} of {len(out_prompts)} prompts (pooled walls); "
