@@ -43,3 +43,33 @@ def run_lane(
     sampling = sampling.validated()
     rec = LaneRecorder(lane_id, setup, prompt_id, repeat, sampling.max_new_tokens, target.eos_ids, target.detokenizer(prompt_ids), clock)
     yield from drive(LoopRunner(target, drafter), rec, prompt_ids, sampling, cancelled)
+
+
+def bench_step(lane: str, i: int, drafted: list[int], a: int, emitted: list[int], q: list[float], wall: float = 0.25,
+               draft_s: float = 0.01):
+    """A literal StepEvent of a bench lane: its drafting took `draft_s`, verification the rest of `wall` less 0.04 s."""
+    from app.core.events import StepEvent
+
+    return StepEvent(lane, i, tuple(drafted), a, emitted[-1], "bonus" if a == len(drafted) else "correction", draft_s,
+                     wall - draft_s - 0.04, wall, tuple(emitted), draft_probs=tuple(q))
+
+
+def bench_run_file(tmp_path, setups: tuple[str, ...], lanes: dict, walls: dict) -> str:
+    """A real run file (app.worker.runfile) of prompts c1, c2 (coding) with these lanes' literal steps — each step
+    (drafted ids, accepted count, emitted ids, draft confidences[, wall[, drafting seconds]]) — and each setup's wall per prompt (the bench
+    report's runs), saved as run.specdeck under tmp_path: for the bench scripts that read run files."""
+    from app.core.prompts import Prompt
+    from app.core.setups import Sampling
+    from app.worker.plan import RunPlan
+    from app.worker.runfile import RunRecorder, save
+
+    plan = RunPlan("smollm2-135m-instruct", setups, (Prompt("c1", "a", "coding"), Prompt("c2", "b", "coding")),
+                   Sampling(max_new_tokens=5), mode="paced")
+    rec = RunRecorder(plan, machine={"label": "t", "cpu": "x"}, t0=0.0)
+    for (p, s), steps in lanes.items():
+        lane = plan.lane_id(plan.setups.index(s), next(x for x in plan.prompts if x.id == p))
+        for i, (drafted, a, emitted, q, *times) in enumerate(steps):
+            rec.event(bench_step(lane, i, drafted, a, emitted, q, *times), 0.1)
+    rec.finish(dict(runs=[dict(setup=s, prompt_id=p, repeat=0, wall_s=w, cpu_wait_s=0.0) for s, by in walls.items() for p, w in by.items()],
+                    categories={"c1": "coding", "c2": "coding"}, created="t"), t_end=1.0)
+    return str(save(rec.record(), tmp_path / "run.specdeck"))

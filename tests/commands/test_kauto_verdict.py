@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import bench_run_file as _run_file
+
 SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "kauto_verdict.py"
 AUTO, K8, K16, HF = ("draft:d,k=auto,dtype=int8", "draft:d,k=8,cstop=0.5,dtype=int8", "draft:d,k=16,cstop=0.5,dtype=int8",
                      "hf-assisted:d,dtype=int8")
@@ -94,32 +96,6 @@ def test_runs_with_different_fixed_setups_are_judged_on_the_ones_they_share(tmp_
     cats = {c["category"]: c for c in v["categories"]}
     assert cats["all"]["ratio"] == pytest.approx(0.9) and cats["all"]["per_run"] == [1.0, 0.8]
     assert "2 prompts" in r.stdout.splitlines()[2] and "0 prompts" not in r.stdout
-
-
-def _step(lane: str, i: int, drafted: list[int], a: int, emitted: list[int], q: list[float], wall: float = 0.25):
-    from app.core.events import StepEvent
-
-    return StepEvent(lane, i, tuple(drafted), a, emitted[-1], "bonus" if a == len(drafted) else "correction", 0.01, wall - 0.05, wall,
-                     tuple(emitted), draft_probs=tuple(q))
-
-
-def _run_file(tmp_path, setups: tuple[str, ...], lanes: dict, walls: dict) -> str:
-    """A real run file (app.worker.runfile) of prompts c1, c2 with these lanes' literal steps and walls."""
-    from app.core.prompts import Prompt
-    from app.core.setups import Sampling
-    from app.worker.plan import RunPlan
-    from app.worker.runfile import RunRecorder, save
-
-    plan = RunPlan("smollm2-135m-instruct", setups, (Prompt("c1", "a", "coding"), Prompt("c2", "b", "coding")),
-                   Sampling(max_new_tokens=5), mode="paced")
-    rec = RunRecorder(plan, machine={"label": "t", "cpu": "x"}, t0=0.0)
-    for (p, s), steps in lanes.items():
-        lane = plan.lane_id(plan.setups.index(s), next(x for x in plan.prompts if x.id == p))
-        for i, (drafted, a, emitted, q, *wall) in enumerate(steps):
-            rec.event(_step(lane, i, drafted, a, emitted, q, *wall), 0.1)
-    rec.finish(dict(runs=[dict(setup=s, prompt_id=p, repeat=0, wall_s=w, cpu_wait_s=0.0) for s, by in walls.items() for p, w in by.items()],
-                    categories={"c1": "coding", "c2": "coding"}, created="t"), t_end=1.0)
-    return str(save(rec.record(), tmp_path / "run.specdeck"))
 
 
 AUTO_S, K8_S, K8_INT8 = ("draft:smollm2-135m-instruct,k=auto", "draft:smollm2-135m-instruct,k=8,cstop=0.5",
