@@ -5,8 +5,9 @@ prints two tables:
 
 * **Step economics**, per setup: its decode steps (step 0, the prompt's forward, left out) grouped by how many drafts
   the target verified — 0, 1, 2–3, 4–7, 8 or more — with the tokens a step emitted, the step's wall over the same
-  prompt's median baseline decode step in the same run file (`÷ base step`), and their ratio: tokens per baseline
-  step's time (`tok/base`; above 1 the group's steps made tokens faster than plain decoding did, below 1 slower).
+  prompt's mean baseline decode step in the same run file (`÷ base step`), and their ratio: tokens per baseline
+  step's time (`tok/base`; above 1 the group's steps made tokens faster than plain decoding did, below 1 slower; the
+  mean, not the median, so that the baseline's own steps make 1.00 however their times scatter).
   Two groups of k=auto's steps are apart: a step that drafted and then verified nothing (`look dropped`: k=auto
   drafted one token to see its confidence and did not keep it), and a step whose drafting took longer than its drafts
   by over READ_FORWARDS draft forwards (`read`: the draft read the prompt or caught up over tokens it had not read —
@@ -66,7 +67,7 @@ def _per_draft_s(steps: list) -> float | None:
 
 
 def economics(lanes: dict, base_step: dict[str, float]) -> dict[str, dict[str, dict]]:
-    """Per setup and step group: steps, tokens, and the walls summed in units of the prompt's median baseline decode
+    """Per setup and step group: steps, tokens, and the walls summed in units of the prompt's mean baseline decode
     step (`base_step[prompt]`); `lanes` as run_file_lanes gives them, by (prompt, setup, repeat)."""
     out: dict[str, dict[str, dict]] = defaultdict(lambda: {g: dict(steps=0, tokens=0, base_steps=0.0) for g in GROUPS})
     for (prompt, setup, _rep), steps in lanes.items():
@@ -133,7 +134,7 @@ def main() -> int:
             return 2
         cpus.add(str(rec.machine.get("cpu", "?")))
         lanes = {k: v for k, v in lanes.items() if k[0].startswith(args.category)}
-        base_step = {p: statistics.median(e.t_wall_s for e in st if e.step > 0) for (p, s, _), st in lanes.items()
+        base_step = {p: statistics.fmean(e.t_wall_s for e in st if e.step > 0) for (p, s, _), st in lanes.items()
                      if s == "baseline" and any(e.step > 0 for e in st)}
         for s, rows in economics(lanes, base_step).items():
             for g, r in rows.items():
@@ -147,7 +148,7 @@ def main() -> int:
         return 2
     print("machine: " + "; ".join(sorted(cpus)))
     print("drafts: " + ", ".join(sorted({s.split(",", 1)[0].removeprefix("draft:") for s in econ})))
-    print("\nstep economics (decode steps after step 0; walls in the prompt's median baseline decode step)")
+    print("\nstep economics (decode steps after step 0; walls in the prompt's mean baseline decode step)")
     print(f"{'setup':36s} {'verified':>12s} {'steps':>6s} {'tok/step':>8s} {'÷ base step':>11s} {'tok/base':>8s}")
     for s in sorted(econ):
         for g in GROUPS:
