@@ -46,17 +46,18 @@ def run_lane(
 
 
 def bench_step(lane: str, i: int, drafted: list[int], a: int, emitted: list[int], q: list[float], wall: float = 0.25,
-               draft_s: float = 0.01):
-    """A literal StepEvent of a bench lane: its drafting took `draft_s`, verification the rest of `wall` less 0.04 s."""
+               draft_s: float = 0.01, why: str = ""):
+    """A literal StepEvent of a bench lane: its drafting took `draft_s`, verification the rest of `wall` less 0.04 s;
+    `why` as k=auto's tooltip says it."""
     from app.core.events import StepEvent
 
     return StepEvent(lane, i, tuple(drafted), a, emitted[-1], "bonus" if a == len(drafted) else "correction", draft_s,
-                     wall - draft_s - 0.04, wall, tuple(emitted), draft_probs=tuple(q))
+                     wall - draft_s - 0.04, wall, tuple(emitted), draft_probs=tuple(q), why=why)
 
 
 def bench_run_file(tmp_path, setups: tuple[str, ...], lanes: dict, walls: dict) -> str:
     """A real run file (app.worker.runfile) of prompts c1, c2 (coding) with these lanes' literal steps — each step
-    (drafted ids, accepted count, emitted ids, draft confidences[, wall[, drafting seconds]]) — and each setup's wall per prompt (the bench
+    (drafted ids, accepted count, emitted ids, draft confidences[, wall[, drafting seconds[, why]]]) — and each setup's wall per prompt (the bench
     report's runs), saved as run.specdeck under tmp_path: for the bench scripts that read run files."""
     from app.core.prompts import Prompt
     from app.core.setups import Sampling

@@ -1,7 +1,7 @@
 """Where a draft lane's steps win and lose time, and how often its drafts are kept, read from bench run files.
 
 Reads run files (`bench --record RUN.specdeck`) and, for every draft-model lane (`draft:…`, k=auto and fixed setups),
-prints two tables:
+prints three tables:
 
 * **Step economics**, per setup: its decode steps (step 0, the prompt's forward, left out) grouped by how many drafts
   the target verified — 0, 1, 2–3, 4–7, 8 or more — with the tokens a step emitted, the step's wall over the same
@@ -13,6 +13,9 @@ prints two tables:
   by over READ_FORWARDS draft forwards (`read`: the draft read the prompt or caught up over tokens it had not read —
   an investment in later steps, which a step's own tokens do not repay; a fixed lane's draft reads the prompt before
   step 0). A draft forward's time is the lane's median per-draft time over its drafting steps.
+* **k=auto's predictions**: what k=auto expected of each decode step that verified drafts (its `why`: "expect E
+  tokens in T ms") against the tokens the step emitted and its wall, per group of drafts verified — whether the cost
+  model and the calibrated acceptance it decides on hold step by step (steps that read the prompt left out).
 * **Acceptance** of the drafts the target tested (those up to and including the first rejected one), by the draft's
   confidence q in tenths and by where the draft stood: a step's first draft after step 0 (`after opening`: the step
   right after the prompt's forward), after a step that kept every draft (`after all kept`), some (`after some`), none
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -48,6 +52,8 @@ READ_FORWARDS = 2.0
 #: a draft of at least this confidence is "sure" (the acceptance table's `after sure`)
 SURE = 0.95
 GROUPS = ("look dropped", "read", "0", "1", "2-3", "4-7", "8+")
+#: k=auto's prediction in a step's `why` (AutoK.explain): expected tokens and the step's predicted milliseconds
+PREDICTED = re.compile(r"expect ([0-9.]+) tokens in ([0-9.]+) ms")
 WHERE = ("after opening", "after all kept", "after some", "after none", "after skip", "after sure", "after unsure")
 
 
@@ -66,6 +72,40 @@ def _per_draft_s(steps: list) -> float | None:
     return statistics.median(per) if per else None
 
 
+def _step_group(e, setup: str, per: float | None) -> str:
+    """The step's group (GROUPS): k=auto's readings and dropped looks apart (a fixed lane's draft reads the prompt
+    before step 0, never in a decode step), else by the drafts verified. `per`: the lane's seconds a draft."""
+    n = len(e.drafted_ids)
+    if "k=auto" in setup and per is not None:
+        if e.t_draft_s > (n + READ_FORWARDS) * per:
+            return "read"
+        if n == 0 and e.t_draft_s > 0.5 * per:
+            return "look dropped"
+    return _group(n)
+
+
+def predictions(lanes: dict) -> dict[str, dict]:
+    """k=auto's own prediction for each decode step that verified drafts (its `why`: "expect E tokens in T ms",
+    app.speculative.policy.AutoK.explain) against what the step made, summed per group of drafts verified; steps that
+    read the prompt or caught up left out (their prediction prices the step, not the reading)."""
+    out: dict[str, dict] = {}
+    for (_prompt, setup, _rep), steps in lanes.items():
+        if not setup.startswith("draft:") or "k=auto" not in setup:
+            continue
+        per = _per_draft_s(steps)
+        for e in steps:
+            m = PREDICTED.search(e.why or "")
+            if e.step == 0 or not e.drafted_ids or m is None or (g := _step_group(e, setup, per)) == "read":
+                continue
+            row = out.setdefault(g, dict(steps=0, predicted_tokens=0.0, tokens=0, predicted_s=0.0, wall_s=0.0))
+            row["steps"] += 1
+            row["predicted_tokens"] += float(m.group(1))
+            row["tokens"] += len(e.emitted_ids)
+            row["predicted_s"] += float(m.group(2)) / 1e3
+            row["wall_s"] += e.t_wall_s
+    return {g: out[g] for g in GROUPS if g in out}
+
+
 def economics(lanes: dict, base_step: dict[str, float]) -> dict[str, dict[str, dict]]:
     """Per setup and step group: steps, tokens, and the walls summed in units of the prompt's mean baseline decode
     step (`base_step[prompt]`); `lanes` as run_file_lanes gives them, by (prompt, setup, repeat)."""
@@ -74,18 +114,10 @@ def economics(lanes: dict, base_step: dict[str, float]) -> dict[str, dict[str, d
         if not setup.startswith("draft:") or prompt not in base_step:
             continue
         per = _per_draft_s(steps)
-        reads = "k=auto" in setup  # a fixed lane's draft reads the prompt before step 0, never in a decode step
         for e in steps:
             if e.step == 0:
                 continue
-            n = len(e.drafted_ids)
-            if reads and per is not None and e.t_draft_s > (n + READ_FORWARDS) * per:
-                g = "read"
-            elif reads and n == 0 and per is not None and e.t_draft_s > 0.5 * per:
-                g = "look dropped"
-            else:
-                g = _group(n)
-            row = out[setup][g]
+            row = out[setup][_step_group(e, setup, per)]
             row["steps"] += 1
             row["tokens"] += len(e.emitted_ids)
             row["base_steps"] += e.t_wall_s / base_step[prompt]
@@ -123,6 +155,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the tables here")
     args = ap.parse_args()
     econ: dict[str, dict[str, dict]] = {}
+    pred: dict[str, dict] = {}
     counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     seen: set = set()
     cpus = set()
@@ -142,6 +175,10 @@ def main() -> int:
                 for f in acc:
                     acc[f] += r[f]
         acceptance(lanes, j, seen, counts)
+        for g, r in predictions(lanes).items():
+            acc = pred.setdefault(g, dict.fromkeys(r, 0))
+            for f in r:
+                acc[f] += r[f]
     if not econ:
         print("error: no draft lane with a baseline of the same prompt in these run files" +
               (f" (prompts starting with {args.category!r})" if args.category else ""), file=sys.stderr)
@@ -159,6 +196,17 @@ def main() -> int:
                 r["tokens_per_base_step"] = r["tokens"] / r["base_steps"] if r["base_steps"] > 0 else None
                 tpb = f"{r['tokens_per_base_step']:.2f}" if r["tokens_per_base_step"] is not None else "-"
                 print(f"{_short(s):36s} {g:>12s} {r['steps']:6d} {r['tokens_per_step']:8.2f} {r['base_steps_per_step']:11.2f} {tpb:>8s}")
+    if pred:
+        print("\nk=auto's prediction per drafting step (its why) against what the step made")
+        print(f"{'verified':>12s} {'steps':>6s} {'tokens: predicted':>18s} {'made':>6s} {'÷':>6s} {'ms: predicted':>14s} {'took':>6s} {'÷':>6s}")
+        for g, r in pred.items():
+            n = r["steps"]
+            r["tokens_ratio"] = r["tokens"] / r["predicted_tokens"] if r["predicted_tokens"] > 0 else None
+            r["time_ratio"] = r["wall_s"] / r["predicted_s"] if r["predicted_s"] > 0 else None
+            tr = f"{r['tokens_ratio']:.3f}" if r["tokens_ratio"] is not None else "-"
+            sr = f"{r['time_ratio']:.3f}" if r["time_ratio"] is not None else "-"
+            print(f"{g:>12s} {n:6d} {r['predicted_tokens'] / n:18.2f} {r['tokens'] / n:6.2f} {tr:>6s} "
+                  f"{r['predicted_s'] / n * 1e3:14.0f} {r['wall_s'] / n * 1e3:6.0f} {sr:>6s}")
     print("\nacceptance of tested drafts by confidence q and where the draft stood (kept/tested)")
     print("q     " + "".join(f"{w:>16s}" for w in WHERE))
     table = []
@@ -173,7 +221,7 @@ def main() -> int:
             print(f"{b / 10:.1f}  " + "".join(f"{c:>16s}" for c in cells))
     if args.json:
         Path(args.json).write_text(json.dumps(dict(runs=args.runs, category=args.category, machine=sorted(cpus),
-                                                   economics=econ, acceptance=table), indent=1))
+                                                   economics=econ, predictions=pred, acceptance=table), indent=1))
         print(f"\nwritten: {args.json}")
     return 0
 

@@ -20,8 +20,13 @@ DRAFTING = [([], 0, [1], [], 1.0, 0.0),
             ([5, 6], 2, [5, 6, 7], [0.9, 0.96], 1.0, 0.5),  # k=auto: the draft read the prompt first (0.5 s)
             ([8], 0, [9], [0.6], 0.5, 0.01),
             ([10, 11], 2, [10, 11, 12], [0.97, 0.5], 0.5, 0.02)]
-AUTO_STEPS = DRAFTING + [([], 0, [13], [], 0.25, 0.01),  # a look dropped: one draft forward, nothing verified
-                         ([], 0, [14], [], 0.25, 0.0)]
+WHY = "k=auto chose {n} of {n} drafted: expect {e} tokens in {ms} ms (3.0 tok/s) vs 1 in 250 ms (4.0 tok/s) without drafting"
+AUTO_STEPS = [DRAFTING[0],
+              (*DRAFTING[1], WHY.format(n=2, e="3.00", ms=300)),  # the reading: its prediction priced the step alone
+              (*DRAFTING[2], WHY.format(n=1, e="1.50", ms=400)),
+              (*DRAFTING[3], WHY.format(n=2, e="2.50", ms=500)),
+              ([], 0, [13], [], 0.25, 0.01),  # a look dropped: one draft forward, nothing verified
+              ([], 0, [14], [], 0.25, 0.0)]
 
 
 def _run(tmp_path, *args) -> subprocess.CompletedProcess:
@@ -65,3 +70,15 @@ def test_tested_drafts_are_counted_once_by_confidence_and_where_they_stood(tmp_p
 def test_a_category_with_no_draft_lane_beside_a_baseline_is_one_clear_error(tmp_path):
     r = _run(tmp_path, "--category", "c2")
     assert r.returncode == 2 and "no draft lane with a baseline of the same prompt" in r.stderr and "'c2'" in r.stderr
+
+
+def test_k_auto_s_predictions_are_set_against_what_its_steps_made(tmp_path):
+    """k=auto's `why` says what it expected of each step; summed per group of drafts verified, against the tokens the
+    step emitted and its wall. The step that read the prompt is left out: its prediction priced the step alone."""
+    out = tmp_path / "s.json"
+    assert _run(tmp_path, "--json", str(out)).returncode == 0
+    pred = json.loads(out.read_text())["predictions"]
+    assert set(pred) == {"1", "2-3"}
+    assert pred["1"] == dict(steps=1, predicted_tokens=1.5, tokens=1, predicted_s=pytest.approx(0.4), wall_s=0.5,
+                             tokens_ratio=pytest.approx(1 / 1.5), time_ratio=pytest.approx(1.25))
+    assert pred["2-3"]["tokens_ratio"] == pytest.approx(3 / 2.5) and pred["2-3"]["time_ratio"] == pytest.approx(1.0)
