@@ -203,7 +203,7 @@ def main() -> int:
             else:
                 doc = json.loads(Path(p).read_text(encoding="utf-8"))
         except SpecDeckError as e:  # a run file that cannot be read: its own message names the file and the fix
-            print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if getattr(e, "fix", None) else ""), file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)  # SpecDeckError's str: the message, then "  fix: …"
             return 2
         except (OSError, ValueError) as e:  # one line naming the file, not a traceback
             print(f"error: cannot read {p}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)

@@ -62,7 +62,7 @@ def main() -> int:
     try:
         rec, recorded = run_file_lanes(args.run)
     except SpecDeckError as e:  # the run file's own message names the file and the fix
-        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if getattr(e, "fix", None) else ""), file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)  # SpecDeckError's str: the message, then "  fix: …"
         return 2
     target = rec.plan.target
     profiles = [CostProfile.from_json(p) for p in rec.report.get("cost_profiles", []) if p.get("engine") == target]

@@ -82,3 +82,10 @@ def test_k_auto_s_predictions_are_set_against_what_its_steps_made(tmp_path):
     assert pred["1"] == dict(steps=1, predicted_tokens=1.5, tokens=1, predicted_s=pytest.approx(0.4), wall_s=0.5,
                              tokens_ratio=pytest.approx(1 / 1.5), time_ratio=pytest.approx(1.25))
     assert pred["2-3"]["tokens_ratio"] == pytest.approx(3 / 2.5) and pred["2-3"]["time_ratio"] == pytest.approx(1.0)
+
+
+def test_a_run_file_that_cannot_be_read_is_one_error_naming_it(tmp_path):
+    bad = tmp_path / "bad.specdeck"
+    bad.write_bytes(b"not a run file")
+    r = subprocess.run([sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "bad.specdeck" in r.stderr and "Traceback" not in r.stderr
