@@ -251,6 +251,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
         cal.update(0.3, False)
     auto.answers = 3
     auto._saved, auto._saved_tok = -2.0, 100.0  # drafting cost more than it saved (AutoK.count_saving)
+    auto._vf = [0.2 * 46, 46.0]  # its verifies cost 1.2 times what the profile says (AutoK.verify_factor)
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(memory))
     saved = save_learnt(key, auto, cal)
     assert saved is not None and saved.parent == memory
@@ -262,6 +263,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     assert kept["q>=0.9"] > 0.99 and kept["q<0.5"] < 0.2  # the saved verdicts (the priors alone: 0.97 and 0.36)
     assert json.loads(out.read_text())["kauto_memory"][0]["saved"]["saving"] == pytest.approx(auto.saving)
     assert f"drafting saved {auto.saving:.2f} of a decode step a token" in r.stdout
+    assert auto.verify_factor == 1.2 and "its verifies of several tokens cost 1.20x what the target's profile says" in r.stdout
     again = {p["engine"]: p for p in json.loads(out.read_text())["profiles"]}
     for p in quiet:  # from the cache: the same measurement
         assert again[p["engine"]]["measured_at"] == p["measured_at"]

@@ -106,4 +106,5 @@ def _memory_line(m: dict) -> str:
     kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
     return (f"k=auto memory: learnt over {s['answers']} answer(s), saved {s['saved']} ({s['path']}); drafts kept by "
             f"confidence: {kept}; drafting saved {s['saving']:.2f} of a decode step a token (the draft reads a prompt only "
-            f"where that repays reading it); --forget-kauto deletes it")
+            f"where that repays reading it); its verifies of several tokens cost {s['verify']:.2f}x what the target's profile "
+            f"says; --forget-kauto deletes it")

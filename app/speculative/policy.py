@@ -5,6 +5,12 @@ Costs are counted in units of the target's one-token forward T(1) with the step 
 the target's cost profile; c (a draft forward over T(1)) and o (the step's time outside the forwards over T(1)) are
 learnt from each step as ratios to that step's own verify time — so a machine that is uniformly slower for a while
 (another process took a core) changes no decision, where costs in seconds would read it as verification getting dearer.
+V itself is the profile's scaled by what the lane measured (:attr:`AutoK.verify_factor`): the profile times a target
+forward after another, a lane's verify runs after the draft's forwards, and on llama.cpp on a 2-core Xeon it cost
+1.06–1.4 times the profile's V(n) over the baseline's decode steps — priced with the profile's curve, steps of one
+draft made 0.72 of the baseline's tokens a second on qa-1, and the saving measured after the prompt's reading came to
+−0.02 of a step a token where those steps lost 0.13 (resources/bench/README.md, "k=auto's verify cost"). The factor is
+a ratio of a wide verify to a plain decode step a few steps before it, so a uniform slowdown does not move it either.
 
 By the renewal-reward argument, the throughput-optimal step maximises E[tokens] − λ · E[units], where λ is the best
 achievable rate in tokens per unit: the policy uses what it achieved recently (tokens over the *modelled* units of its
@@ -83,7 +89,7 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
            "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -130,6 +136,20 @@ SAVING_DECAY = 0.97
 #: 2-core Xeon; 48-token answers) after about 90 answers, where a memory of 1600 tokens — what the decay settles at
 #: over many runs — would wait about 130
 SAVING_CAP = 480.0
+#: what a verify of n ≥ 2 tokens costs in a lane over what the target's profile says (AutoK.verify_factor): each such
+#: step after a recent plain decode step is one observation of the log-ratio, clipped to ±VERIFY_CLIP; the mean of
+#: the observations, decayed by VERIFY_DECAY each, around a prior of 0 (the profile as it is) worth VERIFY_PRIOR of
+#: them. On llama.cpp (the Qwen Q4_K_M pair, 2-core Xeon) a draft lane's verifies of 2–16 tokens cost 1.06–1.4 times
+#: what the profile says, over the baseline's decode steps (the profile times forwards that follow the target's own; a
+#: lane's verify follows the draft's forwards): resources/bench/README.md, "k=auto's verify cost"
+VERIFY_PRIOR = 4.0
+VERIFY_DECAY = 0.98
+VERIFY_CLIP = 0.4
+#: a plain decode step (one token, no draft) is a lane's own T(1) for VERIFY_FRESH steps: a wider verify further
+#: from one is not compared with it (the context, and the machine's speed, moved on)
+VERIFY_FRESH = 8
+#: the most observations a saved verify factor is worth when a run starts from it
+VERIFY_SAVED_CAP = 40.0
 #: how the previous step ended, the condition of the first token's acceptance estimate
 STARTS = ("bonus", "partial", "miss", "skip")
 
@@ -280,6 +300,11 @@ def _verify_array(verify: tuple[float, ...], n: int) -> np.ndarray:
     return a
 
 
+def _round_factor(f: float) -> float:
+    """A verify factor rounded to 0.005 (AutoK.verify_factor)."""
+    return round(f * 200.0) / 200.0
+
+
 def _first_best(values: np.ndarray) -> tuple[float, int]:
     """The largest value and its index — the first of those within 1e-12 of it (ties keep fewer drafts)."""
     best, arg = -math.inf, 0
@@ -307,7 +332,8 @@ class AutoK:
         self.profile = target
         self.draft_profile = draft
         d_s = draft_s if draft_s is not None else draft.t1_s if draft is not None else 0.0
-        self.price = StepPrice(target.curve(), c=d_s / target.t1_s)
+        self._profile_verify = target.curve()  # V(n) as the profile says; the price's own is scaled (verify_factor)
+        self.price = StepPrice(self._profile_verify, c=d_s / target.t1_s)
         self.k_max = k_max
         self.acceptance = Acceptance(p_prior)
         self.start = "skip"  # how the previous step ended (STARTS)
@@ -323,6 +349,9 @@ class AutoK:
         self._shift_h = 1.0 / ANSWER_SHIFT_VAR  # its precision: the prior's plus this answer's verdicts'
         self._saved = 0.0  # units saved against the baseline's price, and tokens emitted, by steps after the draft
         self._saved_tok = 0.0  # had read the context (count_saving), decayed per answer (begin_answer)
+        self._vf = [0.0, 0.0]  # Σ log(verify over the profile's) of wider verifies and their count, decayed (verify_factor)
+        self._t1_s: float | None = None  # the one-token forward lately (seconds), from plain decode steps — of this answer
+        self._since_t1 = 0  # or the last ones (a lane that drafts from its first step has none), and the steps since
 
     # --- costs (units of T(1)) ----------------------------------------------------------------------------
     def t(self, n: int) -> float:
@@ -350,6 +379,7 @@ class AutoK:
         step's own verify time over V(n), so that a uniformly slower machine changes none of them."""
         if s is None:
             return
+        self._learn_verify(s)
         v = self.price.v(s.n_verified)
         if s.t_verify_s <= 0 or v <= 0:
             return
@@ -367,6 +397,40 @@ class AutoK:
         self._units = _RATE_DECAY * self._units + units
         self._all_tok += s.emitted
         self._all_units += units
+
+    @property
+    def verify_factor(self) -> float:
+        """What this lane's verifies of n ≥ 2 tokens cost over the target's profile: the price's V(n) is the profile's
+        times this (V(1) stays 1). Learnt from the lane's own steps (:meth:`observe`), each wider verify's time over
+        the one-token forward of a plain decode step a few steps before it (VERIFY_FRESH) — a ratio of two times
+        measured moments apart, so that a uniformly slower machine changes nothing — as the mean of the clipped
+        log-ratios around a prior of 1 worth VERIFY_PRIOR steps; rounded to 0.005, so that the verify arrays the
+        decisions read are cached (:func:`_verify_units`)."""
+        return _round_factor(math.exp(self._vf[0] / (self._vf[1] + VERIFY_PRIOR)))
+
+    def _learn_verify(self, s: StepTiming) -> None:
+        if s.t_verify_s <= 0:
+            return
+        if s.n_verified == 1 and s.draft_forwards == 0:  # a plain decode step: the lane's T(1) now
+            self._t1_s, self._since_t1 = s.t_verify_s, 0
+            return
+        self._since_t1 += 1
+        v = verify_at(self._profile_verify, s.n_verified)
+        if s.n_verified < 2 or self._t1_s is None or self._since_t1 > VERIFY_FRESH or v <= 0:
+            return
+        x = min(VERIFY_CLIP, max(-VERIFY_CLIP, math.log(s.t_verify_s / self._t1_s / v)))
+        self._vf = [VERIFY_DECAY * self._vf[0] + x, VERIFY_DECAY * self._vf[1] + 1.0]
+        self._scale_verify()
+
+    def _scale_verify(self) -> None:
+        """The price's verify curve: the profile's, V(n ≥ 2) times verify_factor."""
+        f = self.verify_factor
+        if f == 1.0:
+            curve = self._profile_verify
+        else:
+            curve = (self._profile_verify[0], *(v * f for v in self._profile_verify[1:]))
+        if curve != self.price.verify:
+            self.price = replace(self.price, verify=curve)
 
     def count_saving(self, s: StepTiming | None) -> None:
         """Fold a decode step made after the draft had read the context into what drafting saves a token: its tokens at
@@ -593,6 +657,8 @@ class AutoK:
         why = (f"k=auto chose {k} of {len(cum)} drafted: expect {e_k:.2f} tokens in {u_k * sec * 1e3:.0f} ms "
                f"({e_k / (u_k * sec):.1f} tok/s) vs 1 in {u_0 * sec * 1e3:.0f} ms ({1 / (u_0 * sec):.1f} tok/s) without drafting; "
                f"verify V({k + 1}) {self.t(k + 1):.2f}x one token, a draft c {self.d:.2f}")
+        if k > 0 and abs(self.verify_factor - 1.0) >= 0.03:
+            why += f" (verifies cost {self.verify_factor:.2f}x the profile's in this lane)"
         if cum:
             why += "; P(all accepted) " + " ".join(f"{p:.2f}" for p in cum[: min(len(cum), 8)]) + (" …" if len(cum) > 8 else "")
         if abs(self.shift) >= 0.1:
@@ -664,7 +730,8 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
                rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units),
-               saving=dict(units=auto._saved, tokens=auto._saved_tok))
+               saving=dict(units=auto._saved, tokens=auto._saved_tok),
+               verify=dict(log_sum=auto._vf[0], n=auto._vf[1]))
     return write_json_atomically(path, doc)
 
 
@@ -691,6 +758,17 @@ def _saved_saving(d: dict) -> tuple[float, float]:
     if not (math.isfinite(units) and math.isfinite(tokens) and tokens >= 0):
         raise ValueError(f"bad saving {sv!r}")
     return (units * SAVING_CAP / tokens, SAVING_CAP) if tokens > SAVING_CAP else (units, tokens)
+
+
+def _saved_verify(d: dict) -> list[float]:
+    """The verify factor's sums [Σ log-ratio, n] of a saved memory, worth at most VERIFY_SAVED_CAP observations with
+    their mean kept; [0, 0] (the profile as it is) in files from before it was saved. Raises ValueError (or TypeError,
+    AttributeError) where it is damaged."""
+    vf = d.get("verify", {})
+    total, n = float(vf.get("log_sum", 0.0)), float(vf.get("n", 0.0))
+    if not (math.isfinite(total) and math.isfinite(n) and n >= 0 and abs(total) <= VERIFY_CLIP * n + 1e-9):
+        raise ValueError(f"bad verify {vf!r}")
+    return [total * VERIFY_SAVED_CAP / n, VERIFY_SAVED_CAP] if n > VERIFY_SAVED_CAP else [total, n]
 
 
 def _capped(c: list[float], cap: float) -> list[float]:
@@ -724,6 +802,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
         tok, units = float(rate["tokens"]), float(rate["units"])
         all_tok, all_units = float(rate.get("all_tokens", 0.0)), float(rate.get("all_units", 0.0))  # absent from older files: 0
         saved_units, saved_tok = _saved_saving(d)
+        vf = _saved_verify(d)
         answers, saved = int(d.get("answers", 0)), str(d.get("saved", "?"))
         if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, *first_q)):
             return None
@@ -735,15 +814,18 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
     auto._tok, auto._units, auto._all_tok, auto._all_units, auto.answers = tok, units, all_tok, all_units, answers
     auto._saved, auto._saved_tok = saved_units, saved_tok
+    auto._vf = vf
+    auto._scale_verify()
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
             f"{path}); SPECDECK_KAUTO_MEMORY=off starts it from its priors")
 
 
 def saved_summary(key: tuple) -> dict | None:
-    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving} — `kept`: the
+    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving, verify} — `kept`: the
     calibrated share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with
     their priors; `saving`: what drafting saved a token, in decode steps, with its prior (AutoK.saving: a prompt is read
-    into the draft only where that repays the reading); None where nothing readable is saved (or the memory is off)."""
+    into the draft only where that repays the reading); `verify`: what the pair's verifies of several tokens cost over
+    the target's profile (AutoK.verify_factor); None where nothing readable is saved (or the memory is off)."""
     if (got := _read_saved(key)) is None:
         return None
     path, d = got
@@ -752,7 +834,10 @@ def saved_summary(key: tuple) -> dict | None:
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
         saving = saving_per_token(*_saved_saving(d))  # as a run would start from it
-        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving)
+        vf = _saved_verify(d)
+        verify = _round_factor(math.exp(vf[0] / (vf[1] + VERIFY_PRIOR)))  # as a run would start from it
+        return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving,
+                    verify=verify)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):
         return None
 

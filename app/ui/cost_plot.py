@@ -138,7 +138,7 @@ class CostPanel(QWidget):
             self._saved.append(key)
             kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
             lines.append(f"• {label}: over {s['answers']} answer(s), saved {s['saved']}; drafts kept by confidence: {kept}; "
-                         f"drafting saved {s['saving']:.2f} of a decode step a token")
+                         f"drafting saved {s['saving']:.2f} of a decode step a token; verifies cost {s['verify']:.2f}x the profile's")
         if lines:
             self.memory.setText("k=auto starts from what it learnt of these pairs on this machine:\n" + "\n".join(lines))
         self.memory_row.setVisible(bool(lines))

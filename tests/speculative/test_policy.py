@@ -112,6 +112,59 @@ def test_costs_are_learnt_as_ratios_so_a_uniform_slowdown_changes_no_decision():
     assert auto.sec_per_unit == pytest.approx(3 * FLAT.t1_s, rel=0.15)  # only the explanations' times follow it
 
 
+def test_a_lane_learns_what_its_verifies_cost_over_the_profile():
+    """A lane whose verifies of several tokens cost 1.2 times what the profile says, over its own one-token forwards
+    (llama.cpp here: 1.09–1.31, as the verify follows the draft's forwards), prices them so: V(n ≥ 2) scaled, V(1)
+    kept, and a single draft that paid on the profile's curve no longer pays. The ratio is of two times measured
+    steps apart, so a machine three times slower for a while changes nothing; a lane without a recent plain decode
+    step (one that drafts every step, or whose last plain step is more than VERIFY_FRESH steps back) learns nothing;
+    a single stalled verify moves it by at most its clipped share."""
+    from app.speculative.policy import VERIFY_CLIP, VERIFY_DECAY, VERIFY_FRESH, VERIFY_PRIOR
+
+    t1 = LLAMA.t1_s
+    plain = StepTiming(1, t1, 0.0, 0, t1, 1)
+
+    def drafting(scale: float, slow: float = 1.0) -> StepTiming:
+        t = slow * scale * LLAMA.t(3)
+        return StepTiming(3, t, slow * 0.09, 2, t + slow * 0.09, 3)
+
+    auto = AutoK(LLAMA, draft_s=0.3 * t1)  # c = 0.3
+    assert auto.verify_factor == 1.0
+    assert auto.worth_drafting_more([], 1, p_next=0.8)  # one draft at 0.8 pays on the profile: 0.8 > 0.37 + 0.3
+    for _ in range(60):
+        auto.observe(plain)
+        auto.observe(drafting(1.2))
+    f = auto.verify_factor  # the prior, worth VERIFY_PRIOR of the ~50 observations the decay keeps, holds it a little back
+    assert f == pytest.approx(1.2, abs=0.025)
+    assert auto.t(1) == 1.0 and auto.t(3) == pytest.approx(f * LLAMA.t(3) / t1) and auto.t(2) == pytest.approx(f * 1.37)
+    assert not auto.worth_drafting_more([], 1, p_next=0.7)  # 0.7 < 1.2·1.37 − 1 + 0.3: the dear verify does not pay
+    assert f"verifies cost {f:.2f}x the profile's in this lane" in auto.explain([0.9, 0.8], 2)
+    learnt = auto.verify_factor
+    for _ in range(20):  # three times slower, the plain steps too
+        auto.observe(StepTiming(1, 3 * t1, 0.0, 0, 3 * t1, 1))
+        auto.observe(drafting(1.2, slow=3.0))
+    assert auto.verify_factor == learnt
+
+    always = AutoK(LLAMA, draft_s=0.3 * t1)
+    for _ in range(50):  # no plain step to compare with
+        always.observe(drafting(1.5))
+    assert always.verify_factor == 1.0
+    stale = AutoK(LLAMA, draft_s=0.3 * t1)
+    stale.observe(plain)
+    for _ in range(VERIFY_FRESH):
+        stale.observe(drafting(1.5))  # log 1.5 clipped to VERIFY_CLIP
+    weight = sum(VERIFY_DECAY ** i for i in range(VERIFY_FRESH))
+    assert stale.verify_factor == pytest.approx(math.exp(VERIFY_CLIP * weight / (weight + VERIFY_PRIOR)), abs=0.005)
+    before = stale.verify_factor
+    for _ in range(10):  # the plain step is too far back now
+        stale.observe(drafting(1.5))
+    assert stale.verify_factor == before
+    stall = AutoK(LLAMA, draft_s=0.3 * t1)
+    stall.observe(plain)
+    stall.observe(drafting(10.0))
+    assert stall.verify_factor == pytest.approx(math.exp(VERIFY_CLIP / (1 + VERIFY_PRIOR)), abs=0.005)
+
+
 def test_a_skipping_lane_drifts_back_to_probing():
     auto = AutoK(curve(lambda n: 0.5 + 0.5 * n), draft_s=0.005)
     for _ in range(40):  # after skips, drafts were rejected at once
@@ -674,3 +727,48 @@ def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, 
     many = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
     assert (many.auto._saved, many.auto._saved_tok) == (pytest.approx(20.0 * SAVING_CAP / 2000.0), SAVING_CAP)
     policy.forget(key)
+
+
+def test_what_a_pairs_verifies_cost_is_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
+    """The verify factor (AutoK.verify_factor) is written with what the pair learnt and read back by its next run, the
+    price's V(n) scaled from its first step, worth at most VERIFY_SAVED_CAP observations; `profile` shows it; a file
+    from before it was saved starts from the profile as it is, the rest still read; a damaged one is ignored."""
+    import json
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import VERIFY_PRIOR, VERIFY_SAVED_CAP
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    key = ("t", "d", uuid.uuid4().hex)
+    first = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    first.auto._vf = [0.15 * 30, 30.0]  # 30 verifies at 1.16 times the profile
+    first.finish()
+    policy.forget(key)
+    second = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    f = second.auto.verify_factor
+    assert second.notes and f == pytest.approx(math.exp(0.15 * 30 / (30 + VERIFY_PRIOR)), abs=0.005) and f > 1.1
+    assert second.auto.t(2) == pytest.approx(f * 1.37) and second.auto.t(1) == 1.0
+    assert policy.saved_summary(key)["verify"] == f
+    policy.forget(key)
+    path = next((tmp_path / "kauto").glob("*.json"))
+    doc = json.loads(path.read_text())
+    doc["verify"] = {"log_sum": 0.15 * 500, "n": 500.0}  # many runs: worth VERIFY_SAVED_CAP, the mean kept
+    path.write_text(json.dumps(doc))
+    many = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert many.auto._vf == [pytest.approx(0.15 * VERIFY_SAVED_CAP), VERIFY_SAVED_CAP]
+    policy.forget(key)
+    del doc["verify"]
+    path.write_text(json.dumps(doc))
+    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert older.notes and older.auto.verify_factor == 1.0 and older.auto.t(2) == pytest.approx(1.37)
+    assert policy.saved_summary(key)["verify"] == 1.0
+    policy.forget(key)
+    for bad in ([1, 2], {"log_sum": float("nan"), "n": 3.0}, {"log_sum": 9.0, "n": 3.0}, {"log_sum": 0.0, "n": -1.0}):
+        doc["verify"] = bad
+        path.write_text(json.dumps(doc))
+        damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+        assert damaged.notes == [] and damaged.auto.verify_factor == 1.0
+        assert policy.saved_summary(key) is None
+        policy.forget(key)

@@ -62,6 +62,7 @@ def test_the_costs_tab_shows_what_k_auto_saved_of_each_pair_and_forgets_it(qtbot
     text = panel.memory.text()
     assert "draft small (int8) for big: over 2 answer(s)" in text and "q>=0.9 100%" in text and "float32" not in text
     assert "drafting saved 0.30 of a decode step a token" in text  # nothing measured: the prior (AutoK.saving)
+    assert "verifies cost 1.00x the profile's" in text  # nothing measured: the profile as it is (AutoK.verify_factor)
     qtbot.mouseClick(panel.forget, Qt.MouseButton.LeftButton)
     assert not saved.exists() and "Forgot what k=auto learnt of 1 pair(s)" in panel.memory.text()
     assert not panel.forget.isEnabled()
