@@ -9,7 +9,9 @@ lane first needs them). A run sink (app.ui.sinks).
 
 Under the curves, for each target–draft pair of the run: what k=auto has saved of it on this machine (the memory its
 next lane starts from: app.speculative.policy.saved_summary), read when profiles arrive and when a run ends, with a
-button that forgets it (policy.forget_saved) — a live demo can start k=auto from its priors again.
+button that forgets it (policy.forget_saved) — a live demo can start k=auto from its priors again. Where that memory
+says the pair's verifies cost 3 % or more off the profile (AutoK.verify_factor: a lane's verify follows the draft's
+forwards, the profile's follows the target's own), the target's curve as k=auto prices it is drawn dotted beside it.
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ class CostPanel(QWidget):
         gone = [key for key in self._saved if forget_saved(key) is not None]
         self._saved = []
         self.memory.setText(f"Forgot what k=auto learnt of {len(gone)} pair(s): their next k=auto lane starts from its priors.")
+        self.redraw()  # the curves k=auto's memory priced go with it
         self.memory_row.setVisible(True)
         self.forget.setEnabled(False)
 
@@ -160,7 +163,9 @@ class CostPanel(QWidget):
         return found[-1] if found else None
 
     def lines(self) -> list[tuple[str, str, float | list[float]]]:
-        """What is drawn: ("curve", label, V(1..N)) per target engine, ("draft", label, c) per draft (tests)."""
+        """What is drawn: ("curve", label, V(1..N)) per target engine, ("draft", label, c) per draft, and ("lanes", label,
+        V(1..N) times the pair's verify factor from 2 tokens) per pair whose saved k=auto memory prices verifies 3 % or
+        more off the profile (tests)."""
         out: list[tuple[str, str, float | list[float]]] = []
         drafts = [(name, prec) for name, prec in self.drafts]
         draft_names = {name for name, _ in drafts}
@@ -175,6 +180,15 @@ class CostPanel(QWidget):
             if dp.engine == target and prec is None:
                 continue
             out.append(("draft", f"draft {dp.engine} ({dp.precision}) for {target}: c = {dp.t1_s / tp.t1_s:.2f}", dp.t1_s / tp.t1_s))
+        from app.speculative.policy import saved_summary
+
+        for target, tp, dp, _ in self._draft_profiles():
+            s = saved_summary((tp.key, dp.key))
+            if s is None or abs(s["verify"] - 1.0) < 0.03:
+                continue
+            v = tp.curve()
+            out.append(("lanes", f"{target} as k=auto's lanes with {dp.engine} paid it: ×{s['verify']:.2f} from 2 tokens",
+                        [v[0], *(x * s["verify"] for x in v[1:])]))
         return out
 
     def redraw(self) -> None:
@@ -188,6 +202,9 @@ class CostPanel(QWidget):
                 assert isinstance(y, list)
                 self.plot.plot(list(range(1, len(y) + 1)), y, pen=pg.mkPen(color, width=2), symbol="o", symbolSize=4,
                                symbolBrush=color, name=label)
+            elif kind == "lanes":
+                assert isinstance(y, list)
+                self.plot.plot(list(range(1, len(y) + 1)), y, pen=pg.mkPen(color, width=2, style=Qt.PenStyle.DotLine), name=label)
             else:
                 assert isinstance(y, float)
                 line = pg.InfiniteLine(pos=y, angle=0, pen=pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine))

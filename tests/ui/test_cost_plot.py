@@ -63,8 +63,17 @@ def test_the_costs_tab_shows_what_k_auto_saved_of_each_pair_and_forgets_it(qtbot
     assert "draft small (int8) for big: over 2 answer(s)" in text and "q>=0.9 100%" in text and "float32" not in text
     assert "drafting saved 0.30 of a decode step a token" in text  # nothing measured: the prior (AutoK.saving)
     assert "verifies cost 1.00x the profile's" in text  # nothing measured: the profile as it is (AutoK.verify_factor)
+    assert "lanes" not in [kind for kind, _, _ in panel.lines()]  # so no curve of what the lanes paid
+    auto._vf = [0.2 * 46, 46.0]  # the pair's verifies cost 1.2 times the profile's
+    save_learnt((big.key, small.key), auto, cal)
+    panel.finish(RunResults(plan))
+    assert "verifies cost 1.20x the profile's" in panel.memory.text()
+    paid = [(label, y) for kind, label, y in panel.lines() if kind == "lanes"]
+    assert len(paid) == 1 and "×1.20" in paid[0][0] and "small" in paid[0][0]
+    assert paid[0][1][0] == 1.0 and paid[0][1][4] == pytest.approx(1.2 * 1.28)  # V(5) 1.28 on the profile
     qtbot.mouseClick(panel.forget, Qt.MouseButton.LeftButton)
     assert not saved.exists() and "Forgot what k=auto learnt of 1 pair(s)" in panel.memory.text()
+    assert "lanes" not in [kind for kind, _, _ in panel.lines()]
     assert not panel.forget.isEnabled()
     panel.refresh_memory()
     assert panel.memory_row.isHidden()
