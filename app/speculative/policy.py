@@ -300,9 +300,10 @@ def _verify_array(verify: tuple[float, ...], n: int) -> np.ndarray:
     return a
 
 
-def _round_factor(f: float) -> float:
-    """A verify factor rounded to 0.005 (AutoK.verify_factor)."""
-    return round(f * 200.0) / 200.0
+def _verify_factor(vf: list[float]) -> float:
+    """The verify factor of the sums [Σ clipped log-ratio, n] (AutoK.verify_factor): exp of their mean around a prior
+    of 0 worth VERIFY_PRIOR observations, rounded to 0.005."""
+    return round(math.exp(vf[0] / (vf[1] + VERIFY_PRIOR)) * 200.0) / 200.0
 
 
 def _first_best(values: np.ndarray) -> tuple[float, int]:
@@ -406,7 +407,7 @@ class AutoK:
         measured moments apart, so that a uniformly slower machine changes nothing — as the mean of the clipped
         log-ratios around a prior of 1 worth VERIFY_PRIOR steps; rounded to 0.005, so that the verify arrays the
         decisions read are cached (:func:`_verify_units`)."""
-        return _round_factor(math.exp(self._vf[0] / (self._vf[1] + VERIFY_PRIOR)))
+        return _verify_factor(self._vf)
 
     def _learn_verify(self, s: StepTiming) -> None:
         if s.t_verify_s <= 0:
@@ -834,8 +835,7 @@ def saved_summary(key: tuple) -> dict | None:
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
         saving = saving_per_token(*_saved_saving(d))  # as a run would start from it
-        vf = _saved_verify(d)
-        verify = _round_factor(math.exp(vf[0] / (vf[1] + VERIFY_PRIOR)))  # as a run would start from it
+        verify = _verify_factor(_saved_verify(d))  # as a run would start from it
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving,
                     verify=verify)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):

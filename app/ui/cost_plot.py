@@ -60,7 +60,7 @@ class CostPanel(QWidget):
         self.forget.setToolTip("Delete what k=auto saved of these pairs on this machine: their next k=auto lane starts "
                                "from its priors (python -m app profile TARGET --draft DRAFT --forget-kauto does the same)")
         self.forget.clicked.connect(self.forget_memory)
-        self._saved: list[tuple[str, str]] = []  # the pairs' keys that have something saved
+        self._saved: dict[tuple[str, str], dict] = {}  # what is saved of the pairs shown, by key (refresh_memory)
         row = QHBoxLayout()
         row.addWidget(self.memory, 1)
         row.addWidget(self.forget, 0, Qt.AlignmentFlag.AlignTop)
@@ -89,8 +89,7 @@ class CostPanel(QWidget):
         for p in results.profiles.values():
             if p.key not in self.profiles:
                 self.profiles[p.key] = p
-        self.redraw()
-        self.refresh_memory()  # the run's k=auto lanes saved what they learnt when they ended
+        self.refresh_memory()  # the run's k=auto lanes saved what they learnt when they ended; redraws
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -109,8 +108,7 @@ class CostPanel(QWidget):
     # --- content ---------------------------------------------------------------------------------
     def add_profile(self, p: CostProfile) -> None:
         self.profiles[p.key] = p
-        self.redraw()
-        self.refresh_memory()
+        self.refresh_memory()  # redraws
 
     def pairs(self) -> list[tuple[str, tuple[str, str]]]:
         """The run's target–draft pairs with both profiles: (label, the key a k=auto lane saves under: the two profiles'
@@ -129,15 +127,16 @@ class CostPanel(QWidget):
         return out
 
     def refresh_memory(self) -> None:
-        """Show what k=auto saved of each pair of the run (nothing saved, or the memory off: the row hides)."""
+        """Read what k=auto saved of each pair of the run and show it (nothing saved, or the memory off: the row hides),
+        then redraw (the curves as its memory prices them)."""
         from app.speculative.policy import saved_summary
 
-        lines, self._saved = [], []
+        lines, self._saved = [], {}
         for label, key in self.pairs():
             s = saved_summary(key)
             if s is None:
                 continue
-            self._saved.append(key)
+            self._saved[key] = s
             kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
             lines.append(f"• {label}: over {s['answers']} answer(s), saved {s['saved']}; drafts kept by confidence: {kept}; "
                          f"drafting saved {s['saving']:.2f} of a decode step a token; verifies cost {s['verify']:.2f}x the profile's")
@@ -145,13 +144,14 @@ class CostPanel(QWidget):
             self.memory.setText("k=auto starts from what it learnt of these pairs on this machine:\n" + "\n".join(lines))
         self.memory_row.setVisible(bool(lines))
         self.forget.setEnabled(bool(lines))
+        self.redraw()
 
     def forget_memory(self) -> None:
         """Delete what k=auto saved of the pairs shown: their next k=auto lane starts from its priors."""
         from app.speculative.policy import forget_saved
 
         gone = [key for key in self._saved if forget_saved(key) is not None]
-        self._saved = []
+        self._saved = {}
         self.memory.setText(f"Forgot what k=auto learnt of {len(gone)} pair(s): their next k=auto lane starts from its priors.")
         self.redraw()  # the curves k=auto's memory priced go with it
         self.memory_row.setVisible(True)
@@ -164,8 +164,8 @@ class CostPanel(QWidget):
 
     def lines(self) -> list[tuple[str, str, float | list[float]]]:
         """What is drawn: ("curve", label, V(1..N)) per target engine, ("draft", label, c) per draft, and ("lanes", label,
-        V(1..N) times the pair's verify factor from 2 tokens) per pair whose saved k=auto memory prices verifies 3 % or
-        more off the profile (tests)."""
+        V(1..N) times the pair's verify factor from 2 tokens) per pair whose saved k=auto memory, as refresh_memory last
+        read it, prices verifies 3 % or more off the profile (tests)."""
         out: list[tuple[str, str, float | list[float]]] = []
         drafts = [(name, prec) for name, prec in self.drafts]
         draft_names = {name for name, _ in drafts}
@@ -180,10 +180,8 @@ class CostPanel(QWidget):
             if dp.engine == target and prec is None:
                 continue
             out.append(("draft", f"draft {dp.engine} ({dp.precision}) for {target}: c = {dp.t1_s / tp.t1_s:.2f}", dp.t1_s / tp.t1_s))
-        from app.speculative.policy import saved_summary
-
         for target, tp, dp, _ in self._draft_profiles():
-            s = saved_summary((tp.key, dp.key))
+            s = self._saved.get((tp.key, dp.key))
             if s is None or abs(s["verify"] - 1.0) < 0.03:
                 continue
             v = tp.curve()

@@ -37,7 +37,7 @@ def _run(tmp_path, *args) -> subprocess.CompletedProcess:
 
 
 def test_steps_are_priced_against_the_prompts_baseline_step_by_how_many_drafts_they_verified(tmp_path):
-    """Each decode step's wall over the prompt's median baseline decode step (0.25 s), grouped by the drafts verified;
+    """Each decode step's wall over the prompt's mean baseline decode step (0.25 s), grouped by the drafts verified;
     k=auto's step that read the prompt and its dropped look are apart, a fixed lane's same step is not a reading; c2
     has no baseline lane and is left out of the prices."""
     out = tmp_path / "s.json"
