@@ -218,8 +218,9 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     """`profile` measures V(n) of a target and its draft on this machine, caches them per engine/precision/machine,
     and answers from the cache the second time; `bench` carries the profiles in its report. A profile measured while
     other processes took the CPU is not cached (app.core.costs.CostProfile.contended; the suite may be that busy):
-    then the second run measures again, and says so. It also shows what k=auto saved of each target–draft pair, and
-    `--forget-kauto` deletes it."""
+    then the second run measures again, and says so. It also shows what k=auto saved of each target–draft pair (what
+    drafting saved per category of prompt among it), and `--forget-kauto` deletes it; a k=auto lane of a prompt with
+    a category keeps the category in the pair's memory (the prompts file's category reaches the lane)."""
     from app.core.costs import NARROW, CostProfile
     from app.speculative.policy import AutoK, Calibration, save_learnt
 
@@ -252,6 +253,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     auto.answers = 3
     auto._saved, auto._saved_tok = -2.0, 100.0  # drafting cost more than it saved (AutoK.count_saving)
     auto._vf = [0.2 * 46, 46.0]  # its verifies cost 1.2 times what the profile says (AutoK.verify_factor)
+    auto._saved_by = {"qa": [-3.0, 60.0]}  # and on QA prompts (AutoK.saving_of)
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(memory))
     saved = save_learnt(key, auto, cal)
     assert saved is not None and saved.parent == memory
@@ -262,7 +264,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     kept = json.loads(out.read_text())["kauto_memory"][0]["saved"]["kept"]
     assert kept["q>=0.9"] > 0.99 and kept["q<0.5"] < 0.2  # the saved verdicts (the priors alone: 0.97 and 0.36)
     assert json.loads(out.read_text())["kauto_memory"][0]["saved"]["saving"] == pytest.approx(auto.saving)
-    assert f"drafting saved {auto.saving:.2f} of a decode step a token" in r.stdout
+    assert f"drafting saved {auto.saving:.2f} of a decode step a token (by category: qa {auto.saving_of('qa'):.2f})" in r.stdout
     assert auto.verify_factor == 1.2 and "its verifies of several tokens cost 1.20x what the target's profile says" in r.stdout
     again = {p["engine"]: p for p in json.loads(out.read_text())["profiles"]}
     for p in quiet:  # from the cache: the same measurement
@@ -284,3 +286,12 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     assert [p["engine"] for p in doc["cost_profiles"]] == ["tiny-target"]
     ng = next(s for s in doc["summary"] if s["setup"] == "ngram:n=3,k=auto")
     assert ng["theoretical_speedup"] is not None and all(x["identical_to_baseline"] for x in doc["runs"])
+    # a k=auto lane of a prompt with a category learns what drafting saves on that category, and saves it (this pair's
+    # drafting does not pay: the category is kept, nothing measured of it)
+    prompts = tmp_path / "cat.jsonl"
+    prompts.write_text(json.dumps({"id": "c1", "category": "coding", "prompt": "a b c a b c a b c"}) + "\n")
+    r = run("bench", "--target", t, "--setup", f"draft:{d},k=auto,dtype=int8", "--prompts", str(prompts), "--max-new-tokens", "16",
+            "--no-chat", "--quiet")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(next(memory.glob("*.json")).read_text())
+    assert list(mem["saving"]["by_category"]) == ["coding"], mem["saving"]

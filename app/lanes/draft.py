@@ -57,7 +57,7 @@ def build(setup: DraftModel, env):
         env.profile(draft, measure=False)
     k = setup.k if isinstance(setup.k, int) else 4
     return LoopRunner(target, DraftModelDrafter(draft, k, setup.schedule, setup.stop, setup.cstop, auto=auto, memory=memory,
-                                                learn=getattr(env, "learn", True), saved=True),
+                                                learn=getattr(env, "learn", True), saved=True, category=getattr(env, "category", "")),
                       costs=env.lane_costs(target))
 
 

@@ -224,7 +224,8 @@ class DraftModelDrafter:
     wants_hidden = False
 
     def __init__(self, engine, k: int = 4, schedule: str = "constant", stop: float = 0.0, cstop: float = 0.0,
-                 auto: AutoK | None = None, memory: tuple | None = None, learn: bool = True, saved: bool = False) -> None:
+                 auto: AutoK | None = None, memory: tuple | None = None, learn: bool = True, saved: bool = False,
+                 category: str = "") -> None:
         self.engine = engine
         self.k = k
         self.schedule = schedule
@@ -239,6 +240,7 @@ class DraftModelDrafter:
         self.memory = memory if auto is not None else None
         self.learn = learn
         self.saved = saved and self.memory is not None
+        self.category = category  # the prompt's: k=auto reads it on what drafting saved on that category (AutoK.saving_of)
         self.notes: list[str] = []  # lines for the lane's notes (the loop adds them when the lane starts, and ends)
         if self.memory is not None and (got := recall(self.memory)) is not None:
             self.auto, self.calibration = got
@@ -260,7 +262,7 @@ class DraftModelDrafter:
         self._held = self._unread = self._left_behind = False
         self._prompt_len = len(prompt_ids)
         if self.auto is not None:
-            self.auto.begin_answer()
+            self.auto.begin_answer(self.category)
         # k=auto makes its state and prefills lazily (in the first step that drafts): a lane where drafting never
         # pays spends nothing on the draft (a llama.cpp context alone takes ~0.1 s to set up)
         self.state = self.engine.new_state() if self.auto is None else None
@@ -340,7 +342,8 @@ class DraftModelDrafter:
             what = (f"reading the {behind} tokens so far into the draft" if self.state is None else
                     f"catching the draft up over the {behind} tokens it has not read")
             return Proposal([], why=(f"k=auto: {what} would cost {auto.catch_up_units(behind):.1f} decode steps, more than "
-                                     f"drafting saved here lately ({auto.saving:.2f} of a step a token, "
+                                     f"drafting saved here lately{f' on {auto.category} prompts' if auto.category else ''} "
+                                     f"({auto.saving:.2f} of a step a token, "
                                      f"{auto.saving * (ctx.max_k + 1):.1f} over the {ctx.max_k + 1} tokens left)"))
         # catching up over more than a step's own 2 tokens: its share of the first forward is timed (Proposal.catch_up_s)
         catch_up = auto.draft_profile if auto is not None and self.state is not None and behind > 2 else None

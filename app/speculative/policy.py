@@ -61,7 +61,11 @@ over the rest of the answer, so it is made only where drafting has lately saved 
 read, measured on each step as a ratio to its own verify time (:meth:`AutoK.count_saving`), around a prior of
 SAVING_PRIOR units a token. On llama.cpp on a 2-core Xeon the 0.5B draft took 4–14 target decode steps to read a
 Spec-Bench prompt, and drafting then saved −0.3 … 3 steps over the 48-token answer: k=auto lost 9 % to the baseline
-(resources/bench/README.md, "k=auto's reading of the prompt"). A draft that fell behind while steps drafted nothing
+(resources/bench/README.md, "k=auto's reading of the prompt"). Where the prompt has a category (a suite's, a prompts
+file's), that saving is the category's own (:meth:`AutoK.saving_of`), each from the prior: on llama.cpp there the best
+fixed setting made 1.09–1.23x the baseline on two of three coding prompts and 0.79–0.86x on every translation one, and
+a saving pooled over every answer, once a probe on a QA prompt had measured a loss, kept every coding prompt unread
+(resources/bench/README.md, "k=auto's saving by category"). A draft that fell behind while steps drafted nothing
 catches up the same way: the tokens it missed are an investment priced over the tokens left and gated by the same
 saving, where charged whole to the step that resumed drafting they grew each step it waited, and a llama.cpp lane that
 had stopped drafting for a few steps never drafted again (resources/bench/README.md, "k=auto's catch-up").
@@ -90,7 +94,7 @@ from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
 __all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
-           "forget", "SAVED_CAP", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
+           "forget", "SAVED_CAP", "saving_words", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -127,9 +131,9 @@ ANSWER_SHIFT_VAR = 0.25
 #: measured decides from then on)
 SAVING_PRIOR = 0.3
 SAVING_WEIGHT = 16.0
-#: per answer, the weight of what earlier answers measured of the saving: a pair that stopped reading because drafting
-#: saved too little drifts back toward the prior, and reads again where a prompt is cheap to read — a probe every few
-#: tens of answers (SAVING_CAP)
+#: per answer, the weight of what earlier answers measured of the saving (of a category's, per answer of that category):
+#: a pair that stopped reading because drafting saved too little drifts back toward the prior, and reads again where a
+#: prompt is cheap to read — a probe every few tens of answers (SAVING_CAP)
 SAVING_DECAY = 0.97
 #: the most tokens of measured saving a run starts from (load_learnt: ten 48-token answers, the mean kept): a pair
 #: whose drafting saved nothing over them reads a 43-token prompt again (4.7 decode steps to read, llama.cpp on a
@@ -350,6 +354,8 @@ class AutoK:
         self._shift_h = 1.0 / ANSWER_SHIFT_VAR  # its precision: the prior's plus this answer's verdicts'
         self._saved = 0.0  # units saved against the baseline's price, and tokens emitted, by steps after the draft
         self._saved_tok = 0.0  # had read the context (count_saving), decayed per answer (begin_answer)
+        self.category = ""  # the category of this answer's prompt (begin_answer), "" where none is known
+        self._saved_by: dict[str, list[float]] = {}  # the same sums [units, tokens] per category, decayed per answer of it
         self._vf = [0.0, 0.0]  # Σ log(verify over the profile's) of wider verifies and their count, decayed (verify_factor)
         self._t1_s: float | None = None  # the one-token forward lately (seconds), from plain decode steps — of this answer
         self._since_t1 = 0  # or the last ones (a lane that drafts from its first step has none), and the steps since
@@ -444,13 +450,30 @@ class AutoK:
         if s.t_verify_s <= 0 or v <= 0:
             return
         took = max(v, s.t_wall_s * v / s.t_verify_s)
-        self._saved += s.emitted * self.price.base_units - took
+        saved = s.emitted * self.price.base_units - took
+        self._saved += saved
         self._saved_tok += s.emitted
+        if self.category:
+            by = self._saved_by.setdefault(self.category, [0.0, 0.0])  # begin_answer made it; a state made otherwise
+            by[0] += saved
+            by[1] += s.emitted
 
     @property
     def saving(self) -> float:
         """Units of T(1) drafting saved a token lately, once the draft had read the context (count_saving), around the
-        prior SAVING_PRIOR worth SAVING_WEIGHT tokens."""
+        prior SAVING_PRIOR worth SAVING_WEIGHT tokens: on prompts of this answer's category where it has one
+        (:meth:`saving_of`), else on every prompt."""
+        return self.saving_of(self.category)
+
+    def saving_of(self, category: str = "") -> float:
+        """What drafting saved a token lately on prompts of `category` (each from the prior: a category not met yet is
+        read, once, to learn it), or on every prompt (""). What drafting saves differs by category far more than
+        from answer to answer within one: on llama.cpp on a 2-core Xeon the best fixed setting made 1.09–1.23x the
+        baseline on two of three coding prompts and 0.79–0.86x on every translation prompt, where one saving pooled
+        over all of them kept every coding prompt unread after a probe on a QA prompt (resources/bench/README.md,
+        "k=auto's saving by category")."""
+        if category:
+            return saving_per_token(*self._saved_by.get(category, (0.0, 0.0)))
         return saving_per_token(self._saved, self._saved_tok)
 
     def worth_reading(self, n: int, tokens_left: int) -> bool:
@@ -461,15 +484,21 @@ class AutoK:
         read = self.catch_up_units(n)
         return read <= 0 or self.saving * max(0, tokens_left) > read
 
-    def begin_answer(self) -> None:
+    def begin_answer(self, category: str = "") -> None:
         """A new answer starts: λ starts from the rate over the earlier answers (worth START_UNITS), not from the
         last one's last steps — a rate learnt on easy text (4.2 tokens per unit after two editing answers) kept a
         summary's opening from drafting, and the first steps of a hard answer (a translation's) from drafting the
         unsure tokens that pay there (resources/bench/README.md, "k=auto's λ at an answer's start"). The answer's
-        own shift of the acceptance estimates (:meth:`local`) starts at 0."""
+        own shift of the acceptance estimates (:meth:`local`) starts at 0. `category`: the prompt's (a suite's or a
+        prompts file's), whose own saving decides whether the draft reads it (:meth:`saving_of`); "" where none."""
         self.shift, self._shift_h = 0.0, 1.0 / ANSWER_SHIFT_VAR
         self._saved *= SAVING_DECAY
         self._saved_tok *= SAVING_DECAY
+        self.category = category
+        if category:  # met: kept with the memory even before a step measures anything of it
+            by = self._saved_by.setdefault(category, [0.0, 0.0])
+            by[0] *= SAVING_DECAY
+            by[1] *= SAVING_DECAY
         self._all_tok *= _ANSWER_DECAY
         self._all_units *= _ANSWER_DECAY
         if self._all_units > 0:
@@ -731,7 +760,7 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
                rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units),
-               saving=dict(units=auto._saved, tokens=auto._saved_tok),
+               saving=dict(units=auto._saved, tokens=auto._saved_tok, by_category={c: list(v) for c, v in auto._saved_by.items()}),
                verify=dict(log_sum=auto._vf[0], n=auto._vf[1]))
     return write_json_atomically(path, doc)
 
@@ -751,14 +780,34 @@ def _read_saved(key: tuple) -> tuple[Path, dict] | None:
     return path, d
 
 
+def _saving_sums(units: float, tokens: float) -> tuple[float, float]:
+    """A measured saving's sums (units, tokens), worth at most SAVING_CAP tokens with its mean kept. Raises ValueError
+    where they are not a saving's."""
+    units, tokens = float(units), float(tokens)
+    if not (math.isfinite(units) and math.isfinite(tokens) and tokens >= 0):
+        raise ValueError(f"bad saving {units!r}, {tokens!r}")
+    return (units * SAVING_CAP / tokens, SAVING_CAP) if tokens > SAVING_CAP else (units, tokens)
+
+
 def _saved_saving(d: dict) -> tuple[float, float]:
     """The measured saving (units, tokens) of a saved memory, worth at most SAVING_CAP tokens with its mean kept; (0, 0)
     in files from before it was saved. Raises ValueError (or TypeError, AttributeError) where it is damaged."""
     sv = d.get("saving", {})
-    units, tokens = float(sv.get("units", 0.0)), float(sv.get("tokens", 0.0))
-    if not (math.isfinite(units) and math.isfinite(tokens) and tokens >= 0):
-        raise ValueError(f"bad saving {sv!r}")
-    return (units * SAVING_CAP / tokens, SAVING_CAP) if tokens > SAVING_CAP else (units, tokens)
+    return _saving_sums(sv.get("units", 0.0), sv.get("tokens", 0.0))
+
+
+def _saved_saving_by(d: dict) -> dict[str, tuple[float, float]]:
+    """The measured saving per category {category: (units, tokens)} of a saved memory, each worth at most SAVING_CAP
+    tokens; {} in files from before it was saved. Raises ValueError (or TypeError, AttributeError) where it is
+    damaged."""
+    by = d.get("saving", {}).get("by_category", {})
+    if not isinstance(by, dict):
+        raise ValueError(f"bad saving by category {by!r}")
+    out = {}
+    for c, v in by.items():
+        units, tokens = v
+        out[str(c)] = _saving_sums(units, tokens)
+    return out
 
 
 def _saved_verify(d: dict) -> list[float]:
@@ -803,6 +852,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
         tok, units = float(rate["tokens"]), float(rate["units"])
         all_tok, all_units = float(rate.get("all_tokens", 0.0)), float(rate.get("all_units", 0.0))  # absent from older files: 0
         saved_units, saved_tok = _saved_saving(d)
+        saved_by = _saved_saving_by(d)
         vf = _saved_verify(d)
         answers, saved = int(d.get("answers", 0)), str(d.get("saved", "?"))
         if not all(math.isfinite(x) and x >= 0 for x in (c, o, o_base, tok, units, all_tok, all_units, *first_q)):
@@ -815,6 +865,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
     auto._tok, auto._units, auto._all_tok, auto._all_units, auto.answers = tok, units, all_tok, all_units, answers
     auto._saved, auto._saved_tok = saved_units, saved_tok
+    auto._saved_by = {c: list(v) for c, v in saved_by.items()}
     auto._vf = vf
     auto._scale_verify()
     return (f"k=auto started from what it learnt of this pair on this machine over {answers} earlier answer(s) (saved {saved}, "
@@ -822,11 +873,13 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
 
 
 def saved_summary(key: tuple) -> dict | None:
-    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving, verify} — `kept`: the
-    calibrated share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with
-    their priors; `saving`: what drafting saved a token, in decode steps, with its prior (AutoK.saving: a prompt is read
-    into the draft only where that repays the reading); `verify`: what the pair's verifies of several tokens cost over
-    the target's profile (AutoK.verify_factor); None where nothing readable is saved (or the memory is off)."""
+    """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving, saving_by_category,
+    verify} — `kept`: the calibrated share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9",
+    "q>=0.9"), the saved counts with their priors; `saving`: what drafting saved a token, in decode steps, with its prior
+    (AutoK.saving: a prompt is read into the draft only where that repays the reading), over every prompt, and
+    `saving_by_category` {category: (saving, tokens measured)} on the prompts of each category met (AutoK.saving_of);
+    `verify`: what the pair's verifies of several tokens cost over the target's profile (AutoK.verify_factor); None
+    where nothing readable is saved (or the memory is off)."""
     if (got := _read_saved(key)) is None:
         return None
     path, d = got
@@ -835,11 +888,23 @@ def saved_summary(key: tuple) -> dict | None:
         bands = {"q<0.5": range(0, 5), "0.5-0.9": range(5, 9), "q>=0.9": range(9, Calibration.BINS)}
         kept = {b: sum(acc[i] for i in r) / sum(n[i] for i in r) for b, r in bands.items()}
         saving = saving_per_token(*_saved_saving(d))  # as a run would start from it
+        by = {c: (saving_per_token(u, t), t) for c, (u, t) in sorted(_saved_saving_by(d).items())}
         verify = _verify_factor(_saved_verify(d))  # as a run would start from it
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving,
-                    verify=verify)
+                    saving_by_category=by, verify=verify)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):
         return None
+
+
+def saving_words(summary: dict) -> str:
+    """What a saved memory says drafting saved (saved_summary): "drafting saved 0.05 of a decode step a token", then
+    per category where steps measured it, "(by category: coding 0.12, qa -0.20)" — the words `profile` and the Costs
+    tab show."""
+    words = f"drafting saved {summary['saving']:.2f} of a decode step a token"
+    by = {c: v for c, v in (summary.get("saving_by_category") or {}).items() if v[1] > 0}  # categories measured
+    if by:
+        words += " (by category: " + ", ".join(f"{c} {s:.2f}" for c, (s, _) in by.items()) + ")"
+    return words
 
 
 def forget_saved(key: tuple) -> Path | None:

@@ -162,7 +162,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
             seq = positions(lane)
             n_prompt = read_len(draft, read_s * target.t1_s / t1)  # this run's seconds in the profiles' time
             auto = AutoK(target, draft=draft)
-            d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=auto, memory=key)
+            d = DraftModelDrafter(_ReplayDraft(seq, n_prompt), auto=auto, memory=key, category=pc.category)
             if saved is not None and d.auto is auto:  # nothing recalled: the first prompt, as a real lane's first
                 policy.load_learnt(saved, auto, d.calibration)
             prompt = [_PROMPT] * n_prompt

@@ -116,7 +116,7 @@ class RunPlan:
         for p in self.prompts:
             for r in range(self.repeats):
                 for i, s in enumerate(self.setups):
-                    out.append(LaneSpec(self.lane_id(i, p, r), s, p.id, p.prompt, repeat=r, group=f"{p.id}#{r}"))
+                    out.append(LaneSpec(self.lane_id(i, p, r), s, p.id, p.prompt, repeat=r, group=f"{p.id}#{r}", category=p.category))
         return tuple(out)
 
     def setup_index(self, lane_id: str) -> int | None:
@@ -209,7 +209,7 @@ class RunPlan:
         if self.warmup_tokens <= 0:
             return None
         p = self.prompts[0]
-        lanes = tuple(LaneSpec(WARMUP_PREFIX + self.lane_id(i, p, 0), s, p.id, p.prompt, group="warmup") for i, s in enumerate(self.setups))
+        lanes = tuple(LaneSpec(WARMUP_PREFIX + self.lane_id(i, p, 0), s, p.id, p.prompt, group="warmup", category=p.category) for i, s in enumerate(self.setups))
         s = self.sampling
         sampling = Sampling(s.temperature, s.top_p, s.top_k, s.seed, min(self.warmup_tokens, s.max_new_tokens))
         return RunLanes(self.warmup_run_id, self.target, lanes, sampling, mode=self.mode, chat=self.chat, device=self.device, dtype=self.dtype)

@@ -31,7 +31,8 @@ class PoolEnv:
     """What a setup type's `build` may use (app.core.setups): the run's target, drafts checked against it, and
     other engines by name, all from the worker's pool (loaded once, converted when needed)."""
 
-    def __init__(self, pool, target_name: str, device: str | None, dtype: str | None, learn: bool = True) -> None:
+    def __init__(self, pool, target_name: str, device: str | None, dtype: str | None, learn: bool = True,
+                 category: str = "") -> None:
         self.pool = pool
         self.target_name = target_name
         self.device = device
@@ -39,6 +40,7 @@ class PoolEnv:
         # whether what the lane learns (k=auto's estimates) may carry over to later lanes: not from a warm-up lane,
         # which runs the first tokens of a prompt that a measured lane then runs again
         self.learn = learn
+        self.category = category  # the lane's prompt's category ("" where none): k=auto's saving is learnt per category
 
     def target(self):
         return self.pool.get(self.target_name, self.device, self.dtype)
@@ -113,7 +115,7 @@ def lane_events(
     try:
         setup = parse_setup(spec.setup)
         runner = kind_of(setup).build(setup, PoolEnv(pool, setup.target or target_name, device, dtype,
-                                                     learn=not RunPlan.is_warmup(spec.lane_id)))
+                                                     learn=not RunPlan.is_warmup(spec.lane_id), category=spec.category))
         engine = runner.engine
         prompt_ids = engine.encode_prompt(spec.prompt, chat=chat)
         check_context(engine, len(prompt_ids), sampling.max_new_tokens)

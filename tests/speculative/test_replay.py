@@ -190,16 +190,16 @@ def test_the_replayed_policy_stops_reading_the_prompt_where_drafting_does_not_re
     """A costly draft (c 0.45), a confident first draft kept and an unsure second rejected every step — drafting saves
     about 9 units an answer — and a draft that takes 12 decode steps to read each prompt (llama.cpp's 0.5B draft on a
     2-core Xeon took 4–14). k=auto reads and drafts on the first prompt (its prior on what drafting saves), learns that
-    drafting saved too little to repay the reading, and reads nothing on the prompts after it: about the baseline's
-    speed, where reading every prompt would be slower; where reading costs nothing, the same records keep it
-    drafting."""
+    drafting saved too little to repay the reading, and reads nothing on the prompts of its category after it: about
+    the baseline's speed, where reading every prompt would be slower; where reading costs nothing, the same records
+    keep it drafting. The replayed drafter gets each prompt's category, as a real lane does (AutoK.saving_of)."""
     def lane(read_s: float) -> LaneCal:
         return LaneCal(tuple(CalStep(2, 1, (0.97, 0.6)) for _ in range(24)), None, prefill_s=1.0 + read_s,
                        draft_s_per_forward=0.045, overhead_s=0.0)
 
-    def prompts(read_s: float) -> list[PromptCal]:
-        return [PromptCal(f"p{i}", "coding", 48, base_wall_s=1.0 + 48 * 0.1, base_prefill_s=1.0, base_step_s=0.1,
-                          base_overhead_s=0.0, lanes={D: lane(read_s)}) for i in range(4)]
+    def prompts(read_s: float, category: str = "coding", n: int = 4) -> list[PromptCal]:
+        return [PromptCal(f"{category[0]}{i}", category, 48, base_wall_s=1.0 + 48 * 0.1, base_prefill_s=1.0, base_step_s=0.1,
+                          base_overhead_s=0.0, lanes={D: lane(read_s)}) for i in range(n)]
 
     target = profile(lambda n: 1.0 + 0.1 * (n - 1), 0.1, "t")
     curve = target.curve(40)
@@ -207,7 +207,12 @@ def test_the_replayed_policy_stops_reading_the_prompt_where_drafting_does_not_re
     priced = replay_auto(prompts(1.2), D, AUTO, target, LLAMA_D, curve, counts=costly)
     free: dict = {}
     drafting = replay_auto(prompts(0.0), D, AUTO, target, LLAMA_D, curve, counts=free)
-    assert costly["p0"][1] > 0 and all(costly[p][1] == 0 for p in ("p1", "p2", "p3"))
-    assert all(free[p][1] > 0 for p in ("p1", "p2", "p3"))
+    assert costly["c0"][1] > 0 and all(costly[p][1] == 0 for p in ("c1", "c2", "c3"))
+    assert all(free[p][1] > 0 for p in ("c1", "c2", "c3"))
     # the first prompt, read and drafted, is slower than its baseline; the others run at its speed
-    assert priced.pred_wall_s["p0"] > priced.base_wall_s["p0"] and 0.97 < priced.speedup() < 1.03 < drafting.speedup()
+    assert priced.pred_wall_s["c0"] > priced.base_wall_s["c0"] and 0.97 < priced.speedup() < 1.03 < drafting.speedup()
+    # what it learnt is the coding prompts': the first prompt of another category is read again (its own prior), the
+    # next one of it not
+    mixed: dict = {}
+    replay_auto(prompts(1.2) + prompts(1.2, "qa", 2), D, AUTO, target, LLAMA_D, curve, counts=mixed)
+    assert mixed["c1"][1] == 0 and mixed["q0"][1] > 0 and mixed["q1"][1] == 0
