@@ -88,6 +88,10 @@ def main() -> int:
     ap.add_argument("--saved", action="store_true",
                     help="start k=auto from what this machine saved of the pair (SPECDECK_KAUTO_MEMORY, else the kauto folder "
                          "beside the cost profiles; read, never written), as a real lane does, not from its priors")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="meet each order's prompts this many times in a row in one worker, what the policy learnt carried "
+                         "on, and judge the last pass: k=auto as it runs after that many runs of these prompts (what it "
+                         "learns per category settles over more than one)")
     ap.add_argument("--json", default="/tmp/kauto-replay.json")
     args = ap.parse_args()
 
@@ -153,14 +157,16 @@ def main() -> int:
             sequences = [rng.sample(seq, len(seq)) for seq in first]
         for seq in sequences:
             key = ("kauto_replay", o)  # one worker: what the policy learns carries along the sequence
+            passes = max(1, args.passes)
             try:
-                for d, pc in seq:
+                for n_pass, (d, pc) in itertools.product(range(passes), seq):
                     doc = docs[d]
                     t_prof, d_prof = doc["profiles"]
                     saved = (t_prof.key, d_prof.key) if args.saved and d_prof is not None else None
+                    judged = n_pass == passes - 1  # earlier passes only teach the policy
                     auto = replay_auto([pc], drafter, f"draft:{draft},k=auto{tail}", t_prof, d_prof, doc["curve"], saved=saved,
-                                       counts=done if o == 0 else None, memory=key)
-                    if auto is None:
+                                       counts=done if o == 0 and judged else None, memory=key)
+                    if auto is None or not judged:
                         continue
                     if o == 0:
                         ids.append(pc.prompt_id)
@@ -247,7 +253,7 @@ def main() -> int:
             if r["category"] in low:
                 r["worst_order_ratio"] = low[r["category"]]
     Path(args.json).write_text(json.dumps(dict(machines=[d.get("machine") for d in docs], target=target, draft=drafter, records=args.records,
-                                               tokens=args.tokens, orders=orders, verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
+                                               tokens=args.tokens, orders=orders, passes=max(1, args.passes), verify_scales=[d.get("scale") for d in docs], by_prompt=prompts,
                                                by_category=by_cat, fixed={n: speedup(n, ids) for n in fixed}, hf_rule=hf_rule,
                                                base_wall_s=base, pred_wall_s={n: dict(v) for n, v in pred.items()},
                                                saved=memory), indent=1))
