@@ -3,8 +3,11 @@ a worker (the scheduler does the same in the worker)."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 
 from app.core.accounting import LaneRecorder, drive
 from app.core.events import LaneDone, StepEvent
@@ -74,3 +77,14 @@ def bench_run_file(tmp_path, setups: tuple[str, ...], lanes: dict, walls: dict) 
     rec.finish(dict(runs=[dict(setup=s, prompt_id=p, repeat=0, wall_s=w, cpu_wait_s=0.0) for s, by in walls.items() for p, w in by.items()],
                     categories={"c1": "coding", "c2": "coding"}, created="t"), t_end=1.0)
     return str(save(rec.record(), tmp_path / "run.specdeck"))
+
+
+def bench_script(name: str) -> ModuleType:
+    """resources/bench/<name>.py imported as a module (the bench scripts are not a package), under a name of its own
+    so that a test's import never shadows another module."""
+    path = Path(__file__).resolve().parents[1] / "resources" / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -3,7 +3,6 @@ answer, beside the best fixed setting's speedup from literal verdict reports."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,18 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import bench_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "answer_signals.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("answer_signals", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_prompt_lookup_guesses_the_token_after_the_latest_earlier_occurrence():
-    lookup = _module().lookup
+    lookup = bench_script("answer_signals").lookup
     assert lookup([1, 2, 3, 1, 2, 4, 1, 2]) == 4  # the latest "1 2" was followed by 4
     assert lookup([1, 2, 3, 4]) is None
     assert lookup([5, 5, 5], n=2) == 5

@@ -3,12 +3,13 @@ the target kept, by confidence band."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import bench_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "copy_acceptance.py"
 SETUP = "draft:smollm2-135m-instruct,k=4"
@@ -41,10 +42,7 @@ def test_drafts_that_continue_the_prompt_are_counted_apart_by_confidence(tmp_pat
     preceded by two of the prompt's tokens in the prompt's order, so it alone copies; step 1 drafts the fifth (q 0.3,
     copying, rejected) and one more, untested. transformers' assisted lanes count as SpecDeck's draft lanes do (their
     confidences are read from the assistant's forwards)."""
-    spec = importlib.util.spec_from_file_location("copy_acceptance_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    tally = mod.tally
+    tally = bench_script("copy_acceptance").tally
     ids = list(smollm2_tokenizer.encode(TEXT, add_special_tokens=False))
     grams = {tuple(ids[i:i + 3]) for i in range(len(ids) - 2)}
     assert len(ids) >= 6 and (ids[-2], ids[-1], ids[0]) not in grams and (ids[-1], ids[0], ids[1]) not in grams

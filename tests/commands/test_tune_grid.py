@@ -3,19 +3,13 @@ grid per category, as the finder priced both on one set of calibration records."
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "bench" / "tune_grid.py"
+from tests.helpers import bench_script
 
 
 def _tune_grid():
-    spec = importlib.util.spec_from_file_location("tune_grid_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("tune_grid")
 
 
 def _cand(setup: str, **by_category: float) -> dict:
