@@ -94,7 +94,7 @@ from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
 __all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
-           "forget", "SAVED_CAP", "saving_words", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
+           "forget", "SAVED_CAP", "saving_words", "scaled_verify", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -304,6 +304,12 @@ def _verify_array(verify: tuple[float, ...], n: int) -> np.ndarray:
     return a
 
 
+def scaled_verify(curve: tuple[float, ...], factor: float) -> tuple[float, ...]:
+    """A verify curve V(1 …) with V(n ≥ 2) times `factor` (AutoK.verify_factor), V(1) kept: what k=auto pays, and what
+    the Costs tab draws beside the profile's."""
+    return curve if factor == 1.0 else (curve[0], *(v * factor for v in curve[1:]))
+
+
 def _verify_factor(vf: list[float]) -> float:
     """The verify factor of the sums [Σ clipped log-ratio, n] (AutoK.verify_factor): exp of their mean around a prior
     of 0 worth VERIFY_PRIOR observations, rounded to 0.005."""
@@ -431,11 +437,7 @@ class AutoK:
 
     def _scale_verify(self) -> None:
         """The price's verify curve: the profile's, V(n ≥ 2) times verify_factor."""
-        f = self.verify_factor
-        if f == 1.0:
-            curve = self._profile_verify
-        else:
-            curve = (self._profile_verify[0], *(v * f for v in self._profile_verify[1:]))
+        curve = scaled_verify(self._profile_verify, self.verify_factor)
         if curve != self.price.verify:
             self.price = replace(self.price, verify=curve)
 

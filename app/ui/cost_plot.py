@@ -166,6 +166,8 @@ class CostPanel(QWidget):
         """What is drawn: ("curve", label, V(1..N)) per target engine, ("draft", label, c) per draft, and ("lanes", label,
         V(1..N) times the pair's verify factor from 2 tokens) per pair whose saved k=auto memory, as refresh_memory last
         read it, prices verifies 3 % or more off the profile (tests)."""
+        from app.speculative.policy import scaled_verify
+
         out: list[tuple[str, str, float | list[float]]] = []
         drafts = [(name, prec) for name, prec in self.drafts]
         draft_names = {name for name, _ in drafts}
@@ -184,9 +186,8 @@ class CostPanel(QWidget):
             s = self._saved.get((tp.key, dp.key))
             if s is None or abs(s["verify"] - 1.0) < 0.03:
                 continue
-            v = tp.curve()
             out.append(("lanes", f"{target} as k=auto's lanes with {dp.engine} paid it: ×{s['verify']:.2f} from 2 tokens",
-                        [v[0], *(x * s["verify"] for x in v[1:])]))
+                        list(scaled_verify(tp.curve(), s["verify"]))))
         return out
 
     def redraw(self) -> None:
