@@ -222,7 +222,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     drafting saved per category of prompt among it), and `--forget-kauto` deletes it; a k=auto lane of a prompt with
     a category keeps the category in the pair's memory (the prompts file's category reaches the lane)."""
     from app.core.costs import NARROW, CostProfile
-    from app.speculative.policy import AutoK, Calibration, save_learnt
+    from app.speculative.policy import CATEGORY_WEIGHT, AutoK, Calibration, save_learnt
 
     t, d = (str(p) for p in tiny_pair)
     env = {**os.environ, "SPECDECK_PROFILES": str(tmp_path / "profiles")}
@@ -254,6 +254,8 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     auto._saved, auto._saved_tok = -2.0, 100.0  # drafting cost more than it saved (AutoK.count_saving)
     auto._vf = [0.2 * 46, 46.0]  # its verifies cost 1.2 times what the profile says (AutoK.verify_factor)
     auto._saved_by = {"qa": [-3.0, 60.0]}  # and on QA prompts (AutoK.saving_of)
+    auto.acceptance.begin("qa")  # a draft after a sure one kept 2 of 10 times on QA prompts (Acceptance.by_category)
+    auto.acceptance.by_category["qa"]["after"][9] = [2.0, 10.0]
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(memory))
     saved = save_learnt(key, auto, cal)
     assert saved is not None and saved.parent == memory
@@ -265,6 +267,9 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     assert kept["q>=0.9"] > 0.99 and kept["q<0.5"] < 0.2  # the saved verdicts (the priors alone: 0.97 and 0.36)
     assert json.loads(out.read_text())["kauto_memory"][0]["saved"]["saving"] == pytest.approx(auto.saving)
     assert f"drafting saved {auto.saving:.2f} of a decode step a token (by category: qa {auto.saving_of('qa'):.2f})" in r.stdout
+    sure = auto.acceptance.after[9][0] / auto.acceptance.after[9][1]
+    qa = (2.0 + CATEGORY_WEIGHT * sure) / (10.0 + CATEGORY_WEIGHT)
+    assert f"after a draft of confidence ≥ 0.9 the next was kept {sure:.2f} of the time (by category: qa {qa:.2f})" in r.stdout, r.stdout
     assert auto.verify_factor == 1.2 and "its verifies of several tokens cost 1.20x what the target's profile says" in r.stdout
     again = {p["engine"]: p for p in json.loads(out.read_text())["profiles"]}
     for p in quiet:  # from the cache: the same measurement
@@ -295,3 +300,4 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     assert r.returncode == 0, r.stderr
     mem = json.loads(next(memory.glob("*.json")).read_text())
     assert list(mem["saving"]["by_category"]) == ["coding"], mem["saving"]
+    assert list(mem["acceptance"]["by_category"]) == ["coding"], mem["acceptance"]  # its own estimates, kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import warnings
@@ -735,6 +736,66 @@ def test_what_drafting_saves_is_learnt_per_category_of_prompt():
             assert "drafting saved here lately on qa prompts" in p.why
 
 
+def test_runs_of_confident_drafts_are_learnt_per_category_of_prompt():
+    """How often a draft after a confident one is kept, and a step's first draft, are learnt per category of prompt
+    where the prompt has one (Acceptance.by_category): a category's own verdicts around the pooled estimate worth
+    CATEGORY_WEIGHT verdicts, every verdict counted in the pooled estimate too, which prompts without a category use.
+    On a target where the fifth verified token costs a draft forward and half a decode step more, a draft after three
+    sure ones is drafted on a coding prompt, whose runs of sure drafts were kept, and not on a QA one, whose were cut
+    short — on llama.cpp the pooled 0.92 had stopped every coding proposal at 3 drafts."""
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import CATEGORY_WEIGHT
+
+    wide = curve(lambda n: 1.0 + 0.5 * (n - 1))  # V(n + 1) − V(n) = 0.5; with c = 0.45 a draft must be kept 0.95 to pay
+    auto = AutoK(wide, draft=LLAMA_DRAFT)
+    auto.begin_answer("coding")
+    for _ in range(10):  # proposals of 4 sure drafts, all kept: 3 "after" verdicts each, kept
+        auto.ended(4, 4, [0.99] * 4)
+    auto.begin_answer("qa")
+    for _ in range(10):  # the same proposals, the third draft rejected: 2 verdicts each, 1 kept
+        auto.ended(4, 2, [0.99] * 4)
+    a = auto.acceptance
+    prior = 6.0 * 0.95 ** 0.7  # the pooled prior of the top bin: PRIOR_WEIGHT verdicts of its centre's q^0.7
+    pooled = (prior + 30 + 10) / (6.0 + 30 + 20)
+    assert a.by_category["coding"]["after"][9] == [30.0, 30.0] and a.by_category["qa"]["after"][9] == [10.0, 20.0]
+    assert a.after[9] == [pytest.approx(prior + 40), 56.0]
+    assert auto.p_next(0.99) == pytest.approx((10 + CATEGORY_WEIGHT * pooled) / (20 + CATEGORY_WEIGHT))  # qa
+    qa = auto.p_next(0.99)
+    auto.begin_answer("coding")
+    coding = auto.p_next(0.99)
+    assert coding == pytest.approx((30 + CATEGORY_WEIGHT * pooled) / (30 + CATEGORY_WEIGHT))
+    assert qa < 0.95 < coding and qa < pooled < coding
+    auto.begin_answer()  # a prompt without a category: the pooled estimates
+    assert auto.p_next(0.99) == pytest.approx(pooled)
+    # a step's first draft, by how the previous step ended: coding's after fully kept steps, qa's after partial ones
+    assert a.by_category["coding"]["first"]["bonus"] == [9.0, 9.0] and a.by_category["qa"]["first"]["partial"] == [9.0, 9.0]
+    assert a.by_category["coding"]["first"]["partial"] == [0.0, 0.0]
+    auto.begin_answer("coding")
+    assert auto.acceptance.p_first("partial") == pytest.approx(a.first["partial"][0] / a.first["partial"][1])  # none of its own
+    assert auto.acceptance.p_first("bonus") > a.first["bonus"][0] / a.first["bonus"][1]
+    auto.begin_answer("translation")  # a category not met: the pooled estimates, until its own verdicts come
+    assert auto.p_next(0.99) == pytest.approx(pooled)
+
+    # the decision: three sure drafts made (each kept 0.999 of the time), one more?
+    for category, more in (("coding", True), ("qa", False), ("", False)):
+        auto.begin_answer(category)
+        assert auto.worth_drafting_more([0.999, 0.998, 0.997], 32, p_next=auto.p_next(0.99)) == more, category
+
+    # a drafter on a coding prompt proposes more of the same sure drafts than on a QA prompt (its calibration: sure
+    # drafts are kept)
+    prompt = list(range(8))
+    lengths = {}
+    for category in ("coding", "qa"):
+        learnt = copy.deepcopy(auto)
+        d = DraftModelDrafter(Scripted(q=0.99), auto=learnt, category=category)
+        for _ in range(300):
+            d.calibration.update(0.99, True)
+        d.start(prompt)
+        d.feedback(len(d.propose(ctx(prompt, max_k=47)).ids), 0)  # the opening
+        lengths[category] = len(d.propose(ctx([*prompt, 5], max_k=46)).ids)
+    assert lengths["coding"] > lengths["qa"] >= 1, lengths
+
+
 def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
     """What drafting saved a token (AutoK.saving), over every prompt and per category (AutoK.saving_of), is written
     with what the pair learnt and read back by its next run, each worth at most SAVING_CAP tokens; `saved_summary`
@@ -745,7 +806,7 @@ def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, 
 
     from app.speculative import policy
     from app.speculative.drafters import DraftModelDrafter
-    from app.speculative.policy import SAVING_CAP, SAVING_PRIOR, SAVING_WEIGHT
+    from app.speculative.policy import SAVING_CAP, SAVING_POLICY, SAVING_PRIOR, SAVING_WEIGHT
 
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
     key = ("t", "d", uuid.uuid4().hex)
@@ -784,12 +845,95 @@ def test_what_drafting_saved_is_saved_with_the_rest_of_k_autos_memory(tmp_path, 
         assert policy.saved_summary(key) is None  # `profile` and the Costs tab ignore it as load_learnt does
         policy.forget(key)
     # what many runs measured is worth at most SAVING_CAP tokens when a run starts from it, its mean kept
-    doc["saving"] = {"units": 20.0, "tokens": 2000.0, "by_category": {"coding": [30.0, 1000.0]}}
+    doc["saving"] = {"units": 20.0, "tokens": 2000.0, "by_category": {"coding": [30.0, 1000.0]}, "policy": SAVING_POLICY}
     path.write_text(json.dumps(doc))
     many = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
     assert (many.auto._saved, many.auto._saved_tok) == (pytest.approx(20.0 * SAVING_CAP / 2000.0), SAVING_CAP)
     assert many.auto._saved_by == {"coding": [pytest.approx(30.0 * SAVING_CAP / 1000.0), SAVING_CAP]}
     policy.forget(key)
+
+
+def test_acceptance_by_category_is_saved_and_savings_of_an_earlier_rule_are_not(tmp_path, monkeypatch):
+    """The acceptance estimates per category (Acceptance.by_category) are written with what the pair learnt and read
+    back by its next run, each count worth at most SAVED_CAP verdicts; `saved_summary` and `sure_words` show how often
+    a draft after a sure one was kept, pooled and per category, as `profile` and the Costs tab do. A file from before
+    they were saved starts every category from the pooled estimates, the rest still read; a damaged one is ignored.
+    What drafting saved measured the steps of the rule that saved it: a file of an earlier rule (SAVING_POLICY) starts
+    the savings from the prior and keeps what the pair's verdicts taught."""
+    import json
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import CATEGORY_WEIGHT, SAVED_CAP, SAVING_PRIOR, SAVING_WEIGHT
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    key = ("t", "d", uuid.uuid4().hex)
+    first = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    a = first.auto.acceptance
+    a.begin("coding")
+    a.by_category["coding"]["after"][9] = [290.0, 300.0]  # many verdicts: worth SAVED_CAP when read back
+    a.begin("qa")
+    a.by_category["qa"]["after"][9] = [8.0, 10.0]
+    a.by_category["qa"]["first"]["bonus"] = [3.0, 4.0]
+    first.auto._saved_by = {"coding": [2.0, 100.0]}
+    first.finish()
+    policy.forget(key)
+    second = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    b = second.auto.acceptance
+    assert second.notes and b.by_category["coding"]["after"][9] == [pytest.approx(290.0 * SAVED_CAP / 300.0), SAVED_CAP]
+    assert b.by_category["qa"]["after"][9] == [8.0, 10.0] and b.by_category["qa"]["first"]["bonus"] == [3.0, 4.0]
+    assert b.by_category["qa"]["pooled"] == [0.0, 0.0]
+    pooled = b.after[9][0] / b.after[9][1]
+    assert second.auto.saving_of("coding") == pytest.approx((SAVING_PRIOR * SAVING_WEIGHT + 2.0) / (SAVING_WEIGHT + 100.0))
+    second.auto.begin_answer("coding")
+    coding = (290.0 * SAVED_CAP / 300.0 + CATEGORY_WEIGHT * pooled) / (SAVED_CAP + CATEGORY_WEIGHT)
+    assert second.auto.p_next(0.99) == pytest.approx(coding)
+    summary = policy.saved_summary(key)
+    qa = (8.0 + CATEGORY_WEIGHT * pooled) / (10.0 + CATEGORY_WEIGHT)
+    assert summary["sure_next"] == pytest.approx(pooled)
+    assert summary["sure_next_by_category"] == {"coding": (pytest.approx(coding), SAVED_CAP), "qa": (pytest.approx(qa), 10.0)}
+    assert policy.sure_words(summary) == (f"after a draft of confidence ≥ 0.9 the next was kept {pooled:.2f} of the time "
+                                          f"(by category: coding {coding:.2f}, qa {qa:.2f})")
+    policy.forget(key)
+    path = next((tmp_path / "kauto").glob("*.json"))
+    doc = json.loads(path.read_text())
+    saved = json.loads(json.dumps(doc))
+
+    # savings measured by an earlier rule (files without the field are of revision 1): from the prior, the rest read
+    for revision in (None, 1):
+        doc = json.loads(json.dumps(saved))
+        if revision is None:
+            del doc["saving"]["policy"]
+        else:
+            doc["saving"]["policy"] = revision
+        path.write_text(json.dumps(doc))
+        earlier = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+        assert earlier.notes and earlier.auto.saving_of("coding") == pytest.approx(SAVING_PRIOR) and earlier.auto._saved_by == {}
+        assert earlier.auto.acceptance.by_category["coding"]["after"][9][1] == SAVED_CAP
+        assert policy.saved_summary(key)["saving_by_category"] == {}
+        policy.forget(key)
+    # a file from before the acceptance by category was saved: every category from the pooled estimates
+    doc = json.loads(json.dumps(saved))
+    del doc["acceptance"]["by_category"]
+    path.write_text(json.dumps(doc))
+    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    older.auto.begin_answer("coding")
+    assert older.notes and older.auto.acceptance.by_category == {"coding": older.auto.acceptance.empty_counts()}
+    assert older.auto.p_next(0.99) == pytest.approx(pooled)
+    assert policy.saved_summary(key)["sure_next_by_category"] == {}
+    policy.forget(key)
+    # damaged: ignored, by `profile` too
+    for bad in ([1, 2], {"qa": [1, 2]}, {"qa": {"first": {}, "pooled": [0, 0], "after": [[0, 0]] * 10}},
+                {"qa": {**saved["acceptance"]["by_category"]["qa"], "after": [[0, 0]] * 9}},
+                {"qa": {**saved["acceptance"]["by_category"]["qa"], "pooled": [3.0, 2.0]}}):
+        doc = json.loads(json.dumps(saved))
+        doc["acceptance"]["by_category"] = bad
+        path.write_text(json.dumps(doc))
+        damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+        assert damaged.notes == [] and damaged.auto.acceptance.by_category == {}, bad
+        assert policy.saved_summary(key) is None
+        policy.forget(key)
 
 
 def test_what_a_pairs_verifies_cost_is_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
