@@ -39,6 +39,10 @@ Acceptance is estimated where it is decided, from the target's verdicts:
 * the next token, not yet drafted: P(accepted | the previous draft was accepted, and its confidence bin) — a token
   after a confident one is likely confident too; an average over all drafts would be dominated by the unconfident
   last drafts where proposals stop, and would make the policy stop drafting where drafting pays.
+* the first token's and the next token's estimates also per category of prompt where the prompt has one (a suite's,
+  a prompts file's), around the pooled ones (:class:`Acceptance`, `by_category`): a run of confident drafts lasts
+  longer on code than on a QA answer, and at the pooled estimate k=auto stopped every coding proposal at 3 drafts on
+  llama.cpp (resources/bench/README.md, "k=auto's acceptance by category");
 * and each of these shifted, within one answer, by what this answer's verdicts say of it (:meth:`AutoK.local`): a
   shift in log-odds, 0 when the answer starts, with a prior of variance ANSWER_SHIFT_VAR. The estimates above are
   learnt over many answers — from a saved memory, over hundreds of verdicts, which one answer's few do not move —
