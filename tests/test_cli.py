@@ -254,7 +254,7 @@ def test_profile_measures_once_then_reads_the_cache(tiny_pair, tmp_path, monkeyp
     auto._saved, auto._saved_tok = -2.0, 100.0  # drafting cost more than it saved (AutoK.count_saving)
     auto._vf = [0.2 * 46, 46.0]  # its verifies cost 1.2 times what the profile says (AutoK.verify_factor)
     auto._saved_by = {"qa": [-3.0, 60.0]}  # and on QA prompts (AutoK.saving_of)
-    auto.acceptance.begin("qa")  # a draft after a sure one kept 2 of 10 times on QA prompts (Acceptance.by_category)
+    auto.acceptance.by_category["qa"] = auto.acceptance.empty_counts()  # a draft after a sure one kept 2 of 10 times on QA
     auto.acceptance.by_category["qa"]["after"][9] = [2.0, 10.0]
     monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(memory))
     saved = save_learnt(key, auto, cal)

@@ -240,7 +240,7 @@ class DraftModelDrafter:
         self.memory = memory if auto is not None else None
         self.learn = learn
         self.saved = saved and self.memory is not None
-        self.category = category  # the prompt's: k=auto reads it on what drafting saved on that category (AutoK.saving_of)
+        self.category = category  # the prompt's: k=auto's saving and acceptance of that category (AutoK.saving_of, Acceptance.by_category)
         self.notes: list[str] = []  # lines for the lane's notes (the loop adds them when the lane starts, and ends)
         if self.memory is not None and (got := recall(self.memory)) is not None:
             self.auto, self.calibration = got

@@ -417,7 +417,6 @@ class AutoK:
         self._shift_h = 1.0 / ANSWER_SHIFT_VAR  # its precision: the prior's plus this answer's verdicts'
         self._saved = 0.0  # units saved against the baseline's price, and tokens emitted, by steps after the draft
         self._saved_tok = 0.0  # had read the context (count_saving), decayed per answer (begin_answer)
-        self.category = ""  # the category of this answer's prompt (begin_answer), "" where none is known
         self._saved_by: dict[str, list[float]] = {}  # the same sums [units, tokens] per category, decayed per answer of it
         self._vf = [0.0, 0.0]  # Σ log(verify over the profile's) of wider verifies and their count, decayed (verify_factor)
         self._t1_s: float | None = None  # the one-token forward lately (seconds), from plain decode steps — of this answer
@@ -518,6 +517,11 @@ class AutoK:
             by[1] += s.emitted
 
     @property
+    def category(self) -> str:
+        """The category of this answer's prompt (begin_answer; the acceptance estimates keep it), "" where none is known."""
+        return self.acceptance.category
+
+    @property
     def saving(self) -> float:
         """Units of T(1) drafting saved a token lately, once the draft had read the context (count_saving), around the
         prior SAVING_PRIOR worth SAVING_WEIGHT tokens: on prompts of this answer's category where it has one
@@ -553,7 +557,6 @@ class AutoK:
         self.shift, self._shift_h = 0.0, 1.0 / ANSWER_SHIFT_VAR
         self._saved *= SAVING_DECAY
         self._saved_tok *= SAVING_DECAY
-        self.category = category
         self.acceptance.begin(category)  # and its own acceptance estimates (Acceptance.by_category)
         if category:  # met: kept with the memory even before a step measures anything of it
             by = self._saved_by.setdefault(category, [0.0, 0.0])
@@ -975,8 +978,8 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
 
 def saved_summary(key: tuple) -> dict | None:
     """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving, saving_by_category,
-    verify, sure_next, sure_next_by_category} — `kept`: the calibrated share of drafts the target kept per confidence band ("q<0.5", "0.5-0.9",
-    "q>=0.9"), the saved counts with their priors; `saving`: what drafting saved a token, in decode steps, with its prior
+    verify, sure_next, sure_next_by_category} — `kept`: the calibrated share of drafts the target kept per confidence
+    band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their priors; `saving`: what drafting saved a token, in decode steps, with its prior
     (AutoK.saving: a prompt is read into the draft only where that repays the reading), over every prompt, and
     `saving_by_category` {category: (saving, tokens measured)} on the prompts of each category met (AutoK.saving_of);
     `verify`: what the pair's verifies of several tokens cost over the target's profile (AutoK.verify_factor);

@@ -47,7 +47,7 @@ class LaneSpec:
     prompt: str
     repeat: int = 0
     group: str = ""  # lanes of one group are interleaved together; groups run one after another
-    category: str = ""  # the prompt's category (a suite's, a prompts file's): k=auto learns what drafting saves per category
+    category: str = ""  # the prompt's category (a suite's, a prompts file's): k=auto learns what drafting saves, and its acceptance, per category
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class PoolEnv:
         # whether what the lane learns (k=auto's estimates) may carry over to later lanes: not from a warm-up lane,
         # which runs the first tokens of a prompt that a measured lane then runs again
         self.learn = learn
-        self.category = category  # the lane's prompt's category ("" where none): k=auto's saving is learnt per category
+        self.category = category  # the lane's prompt's category ("" where none): k=auto's saving and acceptance are learnt per category
 
     def target(self):
         return self.pool.get(self.target_name, self.device, self.dtype)
