@@ -128,6 +128,45 @@ def test_int8_linear_in_blocks_equals_from_float(chunk_bytes):
 
 
 @pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this torch build")
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_linear_quantizes_each_token_of_a_long_forward_on_its_own_scale(monkeypatch, bias):
+    """A forward over more than TOKEN_SCALED_ROWS tokens quantizes each token's activations on its own scale: one token
+    with activations 50 times the others' (a prompt's attention sink) no longer sets the others' resolution — their
+    error is what it is when each token is its own forward, where fbgemm's per-tensor quantization of the whole
+    forward makes it tens of times larger. A forward over fewer tokens is fbgemm's call as it is, bit for bit; and
+    SPECDECK_INT8_ACTIVATIONS=tensor keeps fbgemm's call for every forward."""
+    import warnings
+
+    import torch.ao.nn.quantized.dynamic as nnqd
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 40, bias=bias)
+    n = cpu_kernels.TOKEN_SCALED_ROWS + 4
+    x = torch.randn(n, 64)
+    x[0] *= 50.0
+
+    def err(y: torch.Tensor) -> float:  # relative error over the ordinary tokens
+        ref = lin(x).detach()
+        return float((y - ref)[1:].norm() / ref[1:].norm())
+
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        q = int8_linear(lin)
+        assert isinstance(q, nnqd.Linear) and type(q).__name__ == "Int8Linear"
+        per_tensor = nnqd.Linear.forward(q, x)  # fbgemm's own call over the whole forward
+        alone = torch.cat([q(x[r : r + 1]) for r in range(n)])  # each token its own forward
+        assert err(alone) < 0.03 and err(per_tensor) > 10 * err(alone)
+        assert err(q(x)) < 1.5 * err(alone)
+        assert torch.allclose(q(x)[0], lin(x)[0], rtol=0.05, atol=0.05 * float(lin(x)[0].abs().max()))  # the big one too
+        short = x[: cpu_kernels.TOKEN_SCALED_ROWS]
+        assert torch.equal(q(short), nnqd.Linear.forward(q, short))
+        assert torch.equal(q(x.reshape(2, n // 2, 64)), q(x).reshape(2, n // 2, 40))  # leading dimensions kept
+        monkeypatch.setenv("SPECDECK_INT8_ACTIVATIONS", "tensor")
+        old = int8_linear(lin)
+        assert torch.equal(old(x), per_tensor)
+
+
+@pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this torch build")
 def test_int8_linear_keeps_torchs_deprecation_warning_from_the_terminal():
     """torch 2.13 warns once per process (in C++) that its quantized tensors are deprecated: making int8 layers must
     not print it (a fresh process, warnings as errors; in this one it may already have been shown)."""
