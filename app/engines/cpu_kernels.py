@@ -36,7 +36,6 @@ __all__ = [
     "int8_available",
     "quantize_linears_int8",
     "int8_linear",
-    "Int8Linear",
     "TOKEN_SCALED_ROWS",
     "copy_released",
     "CHUNK_BYTES",
@@ -295,18 +294,12 @@ _int8_class: type | None = None
 
 
 def _int8_linear_class() -> type:
-    """Int8Linear, made on first use: a torch without the eager quantization API (int8_available() is False) can still
-    import this module."""
+    """The class of the int8 layers int8_linear makes (Int8Linear), made on first use: a torch without the eager
+    quantization API (int8_available() is False) can still import this module."""
     global _int8_class
     if _int8_class is None:
         _int8_class = _dynamic_linear_class()
     return _int8_class
-
-
-def __getattr__(name: str):
-    if name == "Int8Linear":
-        return _int8_linear_class()
-    raise AttributeError(name)
 
 
 def int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None = None, on_block=None) -> torch.nn.Module:

@@ -86,8 +86,6 @@ def test_int8_engine_quantizes_the_linears_int8_tolerates(smol, monkeypatch, act
     quantized on its own scale in such a forward (the default: cpu_kernels.Int8Linear) every SmolLM2 layer passes;
     with fbgemm's per-tensor quantization (SPECDECK_INT8_ACTIVATIONS=tensor, as before) the prompt's first tokens
     set the others' resolution, and its worst layers stay fp32 (packed for oneDNN). Close to fp32, not equal."""
-    from app.engines.cpu_kernels import PackedLinear
-
     monkeypatch.setenv("SPECDECK_INT8_ACTIVATIONS", activations)
     q = HFEngine(resolve("smollm2-135m-instruct"), dtype="int8")
     n_lin = 30 * 7 + 1  # 30 layers x (q, k, v, o, gate, up, down) + lm_head
