@@ -262,9 +262,10 @@ def _dynamic_linear_class():
         fbgemm's per-tensor quantization a per-token one at the cost of three elementwise passes; a forward over
         fewer tokens (a draft's steps) is fbgemm's call as it is. Measured (the 0.5B Qwen draft at int8, all 24
         Spec-Bench prompts, the target's greedy answers read as a draft reads them): the draft's next token matched
-        the target's at 84.9 % of positions with per-tensor quantization, 86.0 % so, 86.7 % at fp32
-        (resources/bench/README.md, "The int8 draft's prompt reading"). SPECDECK_INT8_ACTIVATIONS=tensor keeps
-        fbgemm's per-tensor quantization for every forward (as before; set when the layer is made)."""
+        the target's at 84.9 % of positions with per-tensor quantization, 86.1 % so, 86.7 % at fp32, and every int8
+        lane of a paced run ran 5–8 % faster (resources/bench/README.md, "The int8 draft's prompt reading").
+        SPECDECK_INT8_ACTIVATIONS=tensor keeps fbgemm's per-tensor quantization for every forward (as before; read
+        when the layer is made)."""
 
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
@@ -359,21 +360,21 @@ def _int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None, on_block) -> 
 
 def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: float = 0.2) -> tuple[int, int, float]:
     """Replace the nn.Linear layers of a CPU fp32 model by dynamically quantized int8 ones (weights int8 per output
-    channel, activations quantized per call by fbgemm), keeping in fp32 the fewest layers needed for the next-token
-    distributions on `probe_ids` to stay within total variation `max_tv` of fp32's (mean over positions). That
-    distance bounds what int8 can cost in acceptance: a sampled draft is accepted with probability 1 − TV(p, q).
-    Returns (int8 layers, fp32 layers kept, TV).
+    channel, activations quantized per call by fbgemm, per token: Int8Linear), keeping in fp32 the fewest layers
+    needed for the next-token distributions on `probe_ids` to stay within total variation `max_tv` of fp32's (mean
+    over positions). That distance bounds what int8 can cost in acceptance: a sampled draft is accepted with
+    probability 1 − TV(p, q). Returns (int8 layers, fp32 layers kept, TV).
 
     For draft models only: a draft's precision never changes what the target emits (the verifier decides), only how
     often drafts are accepted, while its forward gets cheaper than the packed fp32 one (`python -m app profile
     TARGET --draft D:int8 --draft D` prints both drafts' T(1); figures: resources/bench/README.md, "Draft
     precision").
 
-    Activations are quantized per tensor, so a layer whose input has outlier channels (typically the MLP's down
-    projection) loses resolution, and how much that matters end to end depends on the model (one all-int8 draft
-    stays close to fp32 where another does not: resources/bench/README.md, "Draft precision"). So each layer's own
-    error on the inputs it sees for the probe ranks the layers, and the worst go back to fp32, an eighth of the
-    remaining ones at a time, until the distributions pass.
+    Activations are quantized per token (Int8Linear), so a layer whose input has outlier channels (typically the MLP's
+    down projection) loses resolution on every token, and how much that matters end to end depends on the model (one
+    all-int8 draft stays close to fp32 where another does not: resources/bench/README.md, "Draft precision"). So each
+    layer's own error on the inputs it sees for the probe ranks the layers, and the worst go back to fp32, an eighth
+    of the remaining ones at a time, until the distributions pass.
 
     Memory: each layer is quantized as soon as the fp32 reference forward has run through it (a forward hook), and
     its fp32 pages released (`release_file_pages`); a weight over LARGE_BYTES (the output layer) computes its part of
