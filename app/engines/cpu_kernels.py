@@ -26,6 +26,7 @@ import logging
 import mmap
 import os
 import sys
+from typing import Any
 
 import torch
 
@@ -291,10 +292,10 @@ def _dynamic_linear_class():
     return Int8Linear
 
 
-_int8_class: type | None = None
+_int8_class: Any = None
 
 
-def _int8_linear_class() -> type:
+def _int8_linear_class() -> Any:
     """The class of the int8 layers int8_linear makes (Int8Linear), made on first use: a torch without the eager
     quantization API (int8_available() is False) can still import this module."""
     global _int8_class
