@@ -271,12 +271,13 @@ def _dynamic_linear_class():
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self._per_token = os.environ.get("SPECDECK_INT8_ACTIVATIONS", "token").strip().lower() != "tensor"
-            b = self.bias()  # the bias as a plain tensor: bias() unpacks the weight, each call
-            self._bias_f = None if b is None else b.detach().float().clone()
+            # the bias as a plain tensor (bias() unpacks the weight, each call); None while it is the placeholder's zeros
+            self._bias_f: torch.Tensor | None = None
+            self.register_load_state_dict_post_hook(_sync_int8_bias)  # after the packed params (a child) have loaded
 
         def set_weight_bias(self, w: torch.Tensor, b: torch.Tensor | None) -> None:
             super().set_weight_bias(w, b)
-            self._bias_f = None if b is None else b.detach().float().clone()
+            self._bias_f = None if b is None else b.detach().float()  # the tensor fbgemm packed a reference to
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if not self._per_token or x.numel() <= TOKEN_SCALED_ROWS * self.in_features or x.dtype != torch.float32:
@@ -289,7 +290,14 @@ def _dynamic_linear_class():
             return y.mul_(scale)
 
     Int8Linear.__qualname__ = "Int8Linear"
+    Int8Linear.__module__ = __name__
     return Int8Linear
+
+
+def _sync_int8_bias(module: Any, _incompatible_keys: Any) -> None:
+    """Int8Linear's plain bias, after load_state_dict packed another one (a module-level function: a layer pickles)."""
+    b = module.bias()
+    module._bias_f = None if b is None else b.detach().float()
 
 
 _int8_class: Any = None
@@ -302,6 +310,12 @@ def _int8_linear_class() -> Any:
     if _int8_class is None:
         _int8_class = _dynamic_linear_class()
     return _int8_class
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Int8Linear":  # pickle finds the class by this name
+        return _int8_linear_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None = None, on_block=None) -> torch.nn.Module:
@@ -361,21 +375,23 @@ def _int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None, on_block) -> 
 
 def quantize_linears_int8(model: torch.nn.Module, probe_ids: list[int], max_tv: float = 0.2) -> tuple[int, int, float]:
     """Replace the nn.Linear layers of a CPU fp32 model by dynamically quantized int8 ones (weights int8 per output
-    channel, activations quantized per call by fbgemm, per token: Int8Linear), keeping in fp32 the fewest layers
-    needed for the next-token distributions on `probe_ids` to stay within total variation `max_tv` of fp32's (mean
-    over positions). That distance bounds what int8 can cost in acceptance: a sampled draft is accepted with
-    probability 1 − TV(p, q). Returns (int8 layers, fp32 layers kept, TV).
+    channel, activations quantized per call by fbgemm, per token in a forward over more than TOKEN_SCALED_ROWS
+    tokens: Int8Linear), keeping in fp32 the fewest layers needed for the next-token distributions on `probe_ids` to
+    stay within total variation `max_tv` of fp32's (mean over positions). That distance bounds what int8 can cost in
+    acceptance: a sampled draft is accepted with probability 1 − TV(p, q). Returns (int8 layers, fp32 layers kept,
+    TV).
 
     For draft models only: a draft's precision never changes what the target emits (the verifier decides), only how
     often drafts are accepted, while its forward gets cheaper than the packed fp32 one (`python -m app profile
     TARGET --draft D:int8 --draft D` prints both drafts' T(1); figures: resources/bench/README.md, "Draft
     precision").
 
-    Activations are quantized per token (Int8Linear), so a layer whose input has outlier channels (typically the MLP's
-    down projection) loses resolution on every token, and how much that matters end to end depends on the model (one
-    all-int8 draft stays close to fp32 where another does not: resources/bench/README.md, "Draft precision"). So each
-    layer's own error on the inputs it sees for the probe ranks the layers, and the worst go back to fp32, an eighth
-    of the remaining ones at a time, until the distributions pass.
+    Activations are quantized per token in the probe's forward (Int8Linear), so a layer whose input has outlier
+    channels (typically the MLP's down projection) loses resolution on every token, and how much that matters end to
+    end depends on the model (one all-int8 draft stays close to fp32 where another does not:
+    resources/bench/README.md, "Draft precision"). So each layer's own error on the inputs it sees for the probe ranks
+    the layers, and the worst go back to fp32, an eighth of the remaining ones at a time, until the distributions
+    pass.
 
     Memory: each layer is quantized as soon as the fp32 reference forward has run through it (a forward hook), and
     its fp32 pages released (`release_file_pages`); a weight over LARGE_BYTES (the output layer) computes its part of

@@ -103,6 +103,9 @@ def main() -> int:
         if info["int8_layers"]:
             print(f"{name}: {info['int8_layers']} int8 layers; the load-time check's TV from fp32 on its probe "
                   f"{info['check_tv']:.3f}", flush=True)
+    if loads[DRAFTS[0][0]]["int8_layers"] != loads[DRAFTS[1][0]]["int8_layers"]:
+        print("note: the two int8 drafts kept different layers in fp32 (each passed its own load-time check), so what "
+              "follows compares their layers too, not only how their activations are quantized", flush=True)
 
     rows = []
     for p in prompts:
@@ -121,7 +124,7 @@ def main() -> int:
             f"{name} {row[name]}/{len(answer)} (read {1e3 * row[f'{name} read_s']:.0f} ms)" for name in drafts), flush=True)
 
     def line(label: str, sel: list[dict]) -> dict:
-        n = sum(r["positions"] for r in sel)
+        n = max(1, sum(r["positions"] for r in sel))  # an answer can be empty (the target's first token ended it)
         out = dict(rows=label, prompts=len(sel), positions=n)
         for name in drafts:
             out[name] = sum(r[name] for r in sel) / n

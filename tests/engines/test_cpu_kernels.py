@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pickle
 import sys
 from pathlib import Path
 
@@ -133,8 +134,9 @@ def test_int8_linear_quantizes_each_token_of_a_long_forward_on_its_own_scale(mon
     """A forward over more than TOKEN_SCALED_ROWS tokens quantizes each token's activations on its own scale: one token
     with activations 50 times the others' (a prompt's attention sink) no longer sets the others' resolution — their
     error is what it is when each token is its own forward, where fbgemm's per-tensor quantization of the whole
-    forward makes it tens of times larger. A forward over fewer tokens is fbgemm's call as it is, bit for bit; and
-    SPECDECK_INT8_ACTIVATIONS=tensor keeps fbgemm's call for every forward."""
+    forward makes it tens of times larger. A forward over fewer tokens is fbgemm's call as it is, bit for bit; a layer
+    given another's state (load_state_dict) or pickled computes as that one; and SPECDECK_INT8_ACTIVATIONS=tensor keeps
+    fbgemm's call for every forward."""
     import warnings
 
     import torch.ao.nn.quantized.dynamic as nnqd
@@ -161,6 +163,11 @@ def test_int8_linear_quantizes_each_token_of_a_long_forward_on_its_own_scale(mon
         short = x[: cpu_kernels.TOKEN_SCALED_ROWS]
         assert torch.equal(q(short), nnqd.Linear.forward(q, short))
         assert torch.equal(q(x.reshape(2, n // 2, 64)), q(x).reshape(2, n // 2, 40))  # leading dimensions kept
+        other = torch.nn.Linear(64, 40, bias=bias)
+        loaded = int8_linear(other)
+        loaded.load_state_dict(q.state_dict())  # the bias the long path adds back is the loaded one
+        assert torch.equal(loaded(x), q(x))
+        assert torch.equal(pickle.loads(pickle.dumps(q))(x), q(x))
         monkeypatch.setenv("SPECDECK_INT8_ACTIVATIONS", "tensor")
         old = int8_linear(lin)
         assert torch.equal(old(x), per_tensor)
