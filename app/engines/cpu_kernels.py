@@ -260,7 +260,7 @@ def _dynamic_linear_class():
         first tokens carry activations tens of times the others' (the attention sink), quantized every other token
         of the prompt coarsely, and the draft's cache of the prompt with it. Over more than TOKEN_SCALED_ROWS tokens
         each token is divided by its largest activation first and the output row multiplied back, which makes
-        fbgemm's per-tensor quantization a per-token one at the cost of three elementwise passes; a forward over
+        fbgemm's per-tensor quantization a per-token one at the cost of a few elementwise passes; a forward over
         fewer tokens (a draft's steps) is fbgemm's call as it is. Measured (the 0.5B Qwen draft at int8, all 24
         Spec-Bench prompts, the target's greedy answers read as a draft reads them): the draft's next token matched
         the target's at 84.9 % of positions with per-tensor quantization, 86.1 % so, 86.7 % at fp32, and every int8
@@ -271,7 +271,8 @@ def _dynamic_linear_class():
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self._per_token = os.environ.get("SPECDECK_INT8_ACTIVATIONS", "token").strip().lower() != "tensor"
-            # the bias as a plain tensor (bias() unpacks the weight, each call); None while it is the placeholder's zeros
+            # the bias as a plain tensor (bias() unpacks the weight, each call); None while it is the placeholder's
+            # zeros
             self._bias_f: torch.Tensor | None = None
             self.register_load_state_dict_post_hook(_sync_int8_bias)  # after the packed params (a child) have loaded
 
@@ -319,12 +320,12 @@ def __getattr__(name: str) -> Any:
 
 
 def int8_linear(linear: torch.nn.Linear, chunk_bytes: int | None = None, on_block=None) -> torch.nn.Module:
-    """An :class:`Int8Linear` from `linear` (`torch.ao.nn.quantized.dynamic.Linear.from_float`) with per-channel int8 weights
-    (`per_channel_dynamic_qconfig`), releasing the fp32 weight's file pages as it goes. A weight over LARGE_BYTES
-    (any weight, given `chunk_bytes`) is observed and quantized a block of rows at a time — per-channel quantization
-    treats each output row on its own, so the int8 weights, scales and zero points are the same as from_float's — and
-    only the int8 rows pile up; `on_block(rows, weight_rows)` then sees each block before its pages are released
-    (the int8 check computes the layer's fp32 output there)."""
+    """An Int8Linear from `linear` (`torch.ao.nn.quantized.dynamic.Linear.from_float`) with per-channel int8
+    weights (`per_channel_dynamic_qconfig`), releasing the fp32 weight's file pages as it goes. A weight over
+    LARGE_BYTES (any weight, given `chunk_bytes`) is observed and quantized a block of rows at a time — per-channel
+    quantization treats each output row on its own, so the int8 weights, scales and zero points are the same as
+    from_float's — and only the int8 rows pile up; `on_block(rows, weight_rows)` then sees each block before its
+    pages are released (the int8 check computes the layer's fp32 output there)."""
     import warnings
 
     with warnings.catch_warnings():
