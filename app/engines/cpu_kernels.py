@@ -22,6 +22,7 @@ bytes the model keeps plus one layer; an embedding left in fp32 stays mapped, it
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import mmap
 import os
@@ -248,7 +249,10 @@ def int8_available() -> bool:
 TOKEN_SCALED_ROWS = 8
 
 
-def _dynamic_linear_class():
+@functools.cache
+def _int8_linear_class() -> Any:
+    """The class of the int8 layers int8_linear makes (Int8Linear), made on first use: a torch without the eager
+    quantization API (int8_available() is False) can still import this module."""
     import torch.ao.nn.quantized.dynamic as nnqd
 
     class Int8Linear(nnqd.Linear):
@@ -299,18 +303,6 @@ def _sync_int8_bias(module: Any, _incompatible_keys: Any) -> None:
     """Int8Linear's plain bias, after load_state_dict packed another one (a module-level function: a layer pickles)."""
     b = module.bias()
     module._bias_f = None if b is None else b.detach().float()
-
-
-_int8_class: Any = None
-
-
-def _int8_linear_class() -> Any:
-    """The class of the int8 layers int8_linear makes (Int8Linear), made on first use: a torch without the eager
-    quantization API (int8_available() is False) can still import this module."""
-    global _int8_class
-    if _int8_class is None:
-        _int8_class = _dynamic_linear_class()
-    return _int8_class
 
 
 def __getattr__(name: str) -> Any:

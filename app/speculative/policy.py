@@ -979,9 +979,10 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
 def saved_summary(key: tuple) -> dict | None:
     """What is saved for the pair `key`, for `profile` to show: {path, answers, saved, kept, saving, saving_by_category,
     verify, sure_next, sure_next_by_category} — `kept`: the calibrated share of drafts the target kept per confidence
-    band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their priors; `saving`: what drafting saved a token, in decode steps, with its prior
-    (AutoK.saving: a prompt is read into the draft only where that repays the reading), over every prompt, and
-    `saving_by_category` {category: (saving, tokens measured)} on the prompts of each category met (AutoK.saving_of);
+    band ("q<0.5", "0.5-0.9", "q>=0.9"), the saved counts with their priors; `saving`: what drafting saved a token, in
+    decode steps, with its prior (AutoK.saving: a prompt is read into the draft only where that repays the reading),
+    over every prompt, and `saving_by_category` {category: (saving, tokens measured)} on the prompts of each category
+    met (AutoK.saving_of);
     `verify`: what the pair's verifies of several tokens cost over the target's profile (AutoK.verify_factor);
     `sure_next`: how often a draft after one of confidence ≥ 0.9 was kept, and `sure_next_by_category` {category:
     (estimate, verdicts of its own)} (Acceptance.by_category, sure_words); None where nothing readable is saved (or

@@ -30,19 +30,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from draft_feeding import feed  # noqa: E402  (the prompt read as a lane reads it, then the answer fed `widths` a forward)
 
 DRAFTS = (("int8, per token", "int8", "token"), ("int8, per tensor", "int8", "tensor"), ("fp32", "float32", "token"))
 
 
 def agreement(draft, ids: list[int], answer: list[int]) -> int:
     """Positions of `answer` where the draft's greedy token, the prompt `ids` read as a lane reads it and the answer fed
-    one token per forward, is the answer's."""
-    st = draft.new_state()
-    st.forward(ids[:-1], last_only=True)
-    hits = 0
-    for i, t in enumerate([ids[-1], *answer[:-1]]):
-        hits += int(st.forward([t], last_only=True)[-1].argmax()) == answer[i]
-    return hits
+    one token per forward (draft_feeding.feed), is the answer's."""
+    _, dists = feed(draft, ids, len(answer), (1,), answer)
+    return sum(int(d.argmax()) == t for d, t in zip(dists, answer, strict=True))
 
 
 def read_s(draft, ids: list[int]) -> float:
