@@ -426,7 +426,8 @@ def test_the_answers_opening_teaches_nothing_about_later_tokens():
     assert p.ids and p.ids[0] == 9 and p.q_drafted[0] == pytest.approx(0.87)
     assert "P(all accepted) 0.60 " in p.why  # the opening's own estimate caps calibrated 0.87^0.7 = 0.91
     d.feedback(len(p.ids), 0)
-    assert auto.acceptance.p_opening == pytest.approx(3.6 / 7)  # it learns the opening's own estimate instead
+    assert auto.acceptance.p_opening() == pytest.approx(3.6 / 7)  # it learns the opening's own estimate instead
+    assert auto.acceptance.opening_by_q == [[0.0, 0.0], [0.0, 0.0], [0.0, 1.0]]  # and its confidence band's
     assert d.calibration(0.87) == cal0 and auto.acceptance.p_first("skip") == first0
     assert auto.acceptance.first_q == seen0 and auto.start == "skip"
     p = d.propose(ctx([*prompt, 5]))  # step 1
@@ -454,6 +455,42 @@ def test_an_unsure_opening_draft_is_valued_at_the_openings_own_estimate():
     # (shifted to this answer: the opening's second draft, rejected, is this answer's first verdict: AutoK.local)
     assert auto.shift < 0
     assert p.why.split("P(all accepted) ")[1].startswith(f"{auto.local(d.calibration(0.3)):.2f}")
+
+
+def test_a_sure_opening_is_valued_at_what_openings_of_its_confidence_band_did():
+    """Openings of confidence ≥ 0.8 are kept far more often than the others (PyTorch run files of the Qwen pair: 13 of
+    14, against 24 of 42 at 0.5–0.8 and 10 of 31 below): an opening's first draft is valued at its confidence band's
+    openings around the estimate over every confidence (Acceptance.p_opening), worth OPENING_BAND_WEIGHT. Valued at
+    the pooled estimate a sure opening drafts one token on the prompt's forward, as k=auto did on qa-2 where the fixed
+    setting drafted four and kept them; once sure openings have been kept it drafts on. A band that has seen none, and
+    the decision to draft at all (before any confidence is known), stay at the pooled estimate."""
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import OPENING_BAND_WEIGHT
+
+    def opening(bands):
+        auto = AutoK(FLAT, draft_s=0.04)  # c = 0.4: a costly draft, as the fp32 0.5B draft for the 1.5B target
+        auto.acceptance.opening = [5.0, 10.0]  # openings kept half the time
+        auto.acceptance.opening_by_q = bands
+        d = DraftModelDrafter(Scripted(q=0.95), auto=auto)
+        d.start([1, 2, 3])
+        return auto, d.propose(ctx([1, 2, 3]))
+
+    auto, pooled = opening([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert auto.acceptance.p_opening(0.95) == auto.acceptance.p_opening() == 0.5
+    assert pooled.why.endswith("P(all accepted) 0.50") and len(pooled.ids) == 1
+    # sure openings kept 13 of 14, unsure ones 3 of 10
+    auto, banded = opening([[3.0, 10.0], [0.0, 0.0], [13.0, 14.0]])
+    sure = (13.0 + OPENING_BAND_WEIGHT * 0.5) / (14.0 + OPENING_BAND_WEIGHT)
+    assert auto.acceptance.p_opening(0.95) == pytest.approx(sure)
+    assert auto.acceptance.p_opening(0.6) == 0.5  # no opening seen in its band: the pooled estimate
+    assert auto.acceptance.p_opening(0.3) == pytest.approx((3.0 + OPENING_BAND_WEIGHT * 0.5) / (10.0 + OPENING_BAND_WEIGHT))
+    assert auto.acceptance.p_opening() == 0.5
+    assert len(banded.ids) >= 3  # the drafts after it at their calibrated confidence, as any step's
+    # the band learns from each opening's verdict: a sure one rejected lowers it, the others' bands stay
+    d = DraftModelDrafter(Scripted(q=0.95), auto=auto)
+    d.start([1, 2, 3])
+    d.feedback(len(d.propose(ctx([1, 2, 3])).ids), 0)
+    assert auto.acceptance.opening_by_q == [[3.0, 10.0], [0.0, 0.0], [13.0, 15.0]] and auto.acceptance.opening == [5.0, 11.0]
 
 
 def test_an_answers_own_verdicts_shift_its_estimates_and_the_next_answer_starts_unshifted():
@@ -932,6 +969,58 @@ def test_acceptance_by_category_is_saved_and_savings_of_an_earlier_rule_are_not(
         path.write_text(json.dumps(doc))
         damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
         assert damaged.notes == [] and damaged.auto.acceptance.by_category == {}, bad
+        assert policy.saved_summary(key) is None
+        policy.forget(key)
+
+
+def test_the_openings_by_confidence_band_are_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
+    """The openings' counts per confidence band (Acceptance.opening_by_q) are written with what the pair learnt and
+    read back by its next run, each worth at most SAVED_CAP openings; `saved_summary` and `opening_words` show them, as
+    `profile` and the Costs tab do. A file from before they were saved starts every band from the pooled estimate, the
+    rest still read; damaged counts make the file ignored."""
+    import json
+    import uuid
+
+    from app.speculative import policy
+    from app.speculative.drafters import DraftModelDrafter
+    from app.speculative.policy import OPENING_BAND_WEIGHT, SAVED_CAP, opening_words
+
+    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
+    key = ("t", "d", uuid.uuid4().hex)
+    first = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    a = first.auto.acceptance
+    a.opening = [47.0, 87.0]
+    a.opening_by_q = [[10.0, 31.0], [24.0, 42.0], [260.0, 280.0]]
+    first.finish()
+    policy.forget(key)
+    second = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    b = second.auto.acceptance
+    assert second.notes and b.opening == [47.0, 87.0]
+    assert b.opening_by_q == [[10.0, 31.0], [24.0, 42.0], [pytest.approx(260.0 * SAVED_CAP / 280.0), SAVED_CAP]]
+    sure = (260.0 * SAVED_CAP / 280.0 + OPENING_BAND_WEIGHT * 47.0 / 87.0) / (SAVED_CAP + OPENING_BAND_WEIGHT)
+    assert b.p_opening(0.9) == pytest.approx(sure)
+    summary = policy.saved_summary(key)
+    assert summary["opening"] == pytest.approx(47.0 / 87.0)
+    assert summary["opening_by_band"]["q>=0.8"] == (pytest.approx(sure), SAVED_CAP)
+    assert opening_words(summary) == ("an answer's first draft was kept 0.54 of the time (by its confidence: q<0.5 0.36 "
+                                      f"over 31, 0.5-0.8 0.57 over 42, q>=0.8 {sure:.2f} over 100)")
+    policy.forget(key)
+    path = next((tmp_path / "kauto").glob("*.json"))
+    saved = json.loads(path.read_text())
+    doc = json.loads(json.dumps(saved))
+    del doc["acceptance"]["opening_by_q"]  # an older file
+    path.write_text(json.dumps(doc))
+    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert older.notes and older.auto.acceptance.opening_by_q == [[0.0, 0.0]] * 3
+    assert older.auto.acceptance.p_opening(0.9) == pytest.approx(47.0 / 87.0)
+    assert opening_words(policy.saved_summary(key)) == "an answer's first draft was kept 0.54 of the time"
+    policy.forget(key)
+    for bad in ([[3, 2], [0, 0], [0, 0]], [[0, 0], [0, 0]], "x"):
+        doc = json.loads(json.dumps(saved))
+        doc["acceptance"]["opening_by_q"] = bad
+        path.write_text(json.dumps(doc))
+        damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+        assert damaged.notes == [] and damaged.auto.acceptance.opening_by_q == [[0.0, 0.0]] * 3, bad
         assert policy.saved_summary(key) is None
         policy.forget(key)
 

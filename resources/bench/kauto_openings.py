@@ -1,0 +1,128 @@
+"""How often an answer's first draft (the opening) was kept, by its confidence band, counted over recorded runs.
+
+k=auto values an opening's first draft at what the openings of its confidence band did (Acceptance.p_opening,
+app.speculative.policy.OPENING_BANDS). This counts, in run files (`.specdeck`), the openings of the fixed draft-model
+lanes — every such lane drafts on the prompt's forward, so its step 0 shows the draft's first token, its confidence
+and the target's verdict — one per prompt, draft and run file (the lanes of one draft on one prompt open alike), greedy
+runs only, by backend (llama.cpp where the draft is a GGUF engine, else PyTorch) and band. A prediction's input, not
+a speed: no model runs.
+
+    python resources/bench/kauto_openings.py resources/bench/*.specdeck [--json PATH]
+
+Prints, per backend, kept/openings per band (every run file's, and each prompt and draft once), and the
+log-likelihood of the verdicts under one estimate for all openings against one per band (Beta(1, 1) means; in-sample,
+and each run file's openings from the other files').
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kauto_verdict import run_file_lanes  # noqa: E402  (a run file's lanes by prompt, setup and repeat)
+
+from app.core.errors import SpecDeckError  # noqa: E402
+from app.speculative.policy import OPENING_BAND_NAMES, Acceptance  # noqa: E402
+
+
+def openings(path: str) -> list[dict]:
+    """The openings of a run file's fixed draft-model lanes: one per (prompt, draft), as {file, prompt, draft, backend,
+    q, kept}; none from a sampled run."""
+    rec, lanes = run_file_lanes(path)
+    if getattr(rec.plan, "sampling", None) and getattr(rec.plan.sampling, "temperature", 0.0) > 0:
+        return []
+    out, seen = [], set()
+    for (prompt, setup, _), steps in sorted(lanes.items()):
+        if not setup.startswith("draft:") or "k=auto" in setup:
+            continue
+        parts = setup[len("draft:"):].split(",")
+        draft = ",".join([parts[0], *(p for p in parts[1:] if p.startswith("dtype="))])
+        step0 = next((s for s in steps if s.step == 0), None)
+        if (prompt, draft) in seen or step0 is None or not step0.drafted_ids or not step0.draft_probs:
+            continue
+        seen.add((prompt, draft))
+        out.append(dict(file=str(path), prompt=prompt, draft=draft,
+                        backend="llama.cpp" if parts[0].startswith("llamacpp-") else "PyTorch",
+                        q=float(step0.draft_probs[0]), kept=step0.accepted_count >= 1))
+    return out
+
+
+def _loglik(rows: list[dict], p_of) -> float:
+    return sum(math.log(max(1e-6, p if r["kept"] else 1.0 - p)) for r in rows for p in (p_of(r),))
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per band: [kept, openings]; the pooled estimate; log-likelihoods of one estimate against one per band."""
+    band = Acceptance.opening_band
+    counts = [[0, 0] for _ in OPENING_BAND_NAMES]
+    for r in rows:
+        c = counts[band(r["q"])]
+        c[0] += int(r["kept"])
+        c[1] += 1
+    kept, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+    def pooled_of(train):
+        return (sum(r["kept"] for r in train) + 1) / (len(train) + 2)
+
+    def banded_of(train, q):
+        b = band(q)
+        k = sum(r["kept"] for r in train if band(r["q"]) == b)
+        m = sum(1 for r in train if band(r["q"]) == b)
+        return (k + 1) / (m + 2)
+
+    distinct = [[0, 0] for _ in OPENING_BAND_NAMES]  # each (prompt, draft) once: its first run file's opening
+    for r in {(r["prompt"], r["draft"]): r for r in reversed(rows)}.values():
+        c = distinct[band(r["q"])]
+        c[0] += int(r["kept"])
+        c[1] += 1
+    files = sorted({r["file"] for r in rows})
+    held = [[r for r in rows if r["file"] != f] for f in files]
+    return dict(openings=n, kept=kept, by_band={name: c for name, c in zip(OPENING_BAND_NAMES, counts, strict=True)},
+                distinct_by_band={name: c for name, c in zip(OPENING_BAND_NAMES, distinct, strict=True)},
+                loglik_pooled=_loglik(rows, lambda r: pooled_of(rows)),
+                loglik_banded=_loglik(rows, lambda r: banded_of(rows, r["q"])),
+                loglik_pooled_held_out=sum(_loglik([r for r in rows if r["file"] == f], lambda r, t=t: pooled_of(t))
+                                           for f, t in zip(files, held, strict=True)),
+                loglik_banded_held_out=sum(_loglik([r for r in rows if r["file"] == f], lambda r, t=t: banded_of(t, r["q"]))
+                                           for f, t in zip(files, held, strict=True)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run files (.specdeck)")
+    ap.add_argument("--json", help="write the openings and the counts here")
+    args = ap.parse_args()
+    rows: list[dict] = []
+    for path in args.runs:
+        try:
+            rows += openings(path)
+        except SpecDeckError as e:
+            print(f"{path}: skipped ({e})", file=sys.stderr)
+    by_backend = defaultdict(list)
+    for r in rows:
+        by_backend[r["backend"]].append(r)
+    out = {}
+    for backend, rs in sorted(by_backend.items()):
+        s = out[backend] = summary(rs)
+        bands = ", ".join(f"{b} {k}/{m}" for b, (k, m) in s["by_band"].items())
+        print(f"{backend}: {s['openings']} openings over {len({r['file'] for r in rs})} run files, kept {s['kept']} "
+              f"({s['kept'] / max(1, s['openings']):.2f}); by confidence: {bands}")
+        print("  each prompt and draft once: " + ", ".join(f"{b} {k}/{m}" for b, (k, m) in s["distinct_by_band"].items()))
+        print(f"  log-likelihood of the verdicts, one estimate / one per band: in-sample {s['loglik_pooled']:.1f} / "
+              f"{s['loglik_banded']:.1f}; each run file from the others {s['loglik_pooled_held_out']:.1f} / "
+              f"{s['loglik_banded_held_out']:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(summary=out, openings=rows), indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
