@@ -323,7 +323,7 @@ class DraftModelDrafter:
             extra = own + (auto.catch_up_units(behind) - own) / max(1, ctx.max_k + 1)
         p_opening = auto.acceptance.p_opening() if auto is not None and self._opening else None  # AutoK.ended
         if auto is not None and not auto.worth_drafting_more([], k, p_next=p_opening, extra=extra) and (
-                p_opening is not None or not auto.worth_a_look(self.calibration, k, extra=extra)):
+                not auto.worth_a_look(self.calibration, k, extra=extra, opening=p_opening is not None)):
             p_first = auto.p_next(None) if p_opening is None else p_opening
             auto.skipped()
             if not auto.can_ever_pay(k):
@@ -402,7 +402,9 @@ class DraftModelDrafter:
             feed = [tok]
         why = ""
         if auto is not None:
-            if not self._opening:
+            if self._opening:
+                auto.acceptance.saw_opening(q_drafted[0])
+            else:
                 auto.acceptance.saw_first(q_drafted[0])
             keep = auto.best_k(cum, p_next=auto.p_next(q_drafted[-1]), k_cap=k)
             why = auto.explain(cum, keep)

@@ -133,6 +133,9 @@ OPENING_BANDS = (0.5, 0.8)
 #: what the opening's estimate over every confidence is worth, in openings, as the prior of a band's own: a band that
 #: has seen none is the pooled estimate, one whose openings were all kept passes 0.8 after about 12 of them
 OPENING_BAND_WEIGHT = PRIOR_WEIGHT
+#: what the prior on an opening's confidence band (Acceptance.opening_q: every band alike) is worth, in openings, as
+#: FIRST_Q_PRIOR is for later steps' first drafts
+OPENING_Q_PRIOR = 1.0
 #: the bands' names, as saved_summary and opening_words show them
 OPENING_BAND_NAMES = (f"q<{OPENING_BANDS[0]:g}", *(f"{a:g}-{b:g}" for a, b in itertools.pairwise(OPENING_BANDS)),
                       f"q>={OPENING_BANDS[-1]:g}")
@@ -256,7 +259,8 @@ class Acceptance:
     `opening`: P(the draft of the answer's first token is accepted) — the opening step's own position
     (:meth:`AutoK.ended`), over every confidence; `opening_by_q[band]`: the openings' counts per confidence band
     (OPENING_BANDS, no prior of their own), whose estimate is a band's counts around `opening` worth
-    OPENING_BAND_WEIGHT openings (:meth:`p_opening`).
+    OPENING_BAND_WEIGHT openings (:meth:`p_opening`); `opening_q[band]`: how often an opening's first draft had its
+    confidence in that band, verified or not (what a look at an opening is likely to show: :meth:`AutoK.worth_a_look`).
 
     `first` and `after` are also learnt per category of prompt (`by_category`: the verdicts of answers whose prompt
     had that category, counted beside the pooled ones, no prior of their own): where the answer's prompt has a
@@ -277,6 +281,7 @@ class Acceptance:
         self.first_q = [FIRST_Q_PRIOR / bins] * bins  # prior: every confidence alike, worth one first draft
         self.opening = [OPENING_PRIOR * weight, weight]  # the answer's first token (AutoK.ended)
         self.opening_by_q = [[0.0, 0.0] for _ in range(len(OPENING_BANDS) + 1)]  # per confidence band, no prior
+        self.opening_q = [OPENING_Q_PRIOR / (len(OPENING_BANDS) + 1)] * (len(OPENING_BANDS) + 1)  # prior: bands alike
         self.category = ""  # the answer's prompt's category ("" where none: the pooled estimates alone)
         self.by_category: dict[str, dict] = {}  # per category, counts without a prior: {first, pooled, after}
 
@@ -366,6 +371,10 @@ class Acceptance:
     def saw_first(self, q: float) -> None:
         """A step's first draft was made with confidence q (kept or not)."""
         self.first_q[Calibration.bin(q)] += 1.0
+
+    def saw_opening(self, q: float) -> None:
+        """An answer's first draft (the opening's) was made with confidence q (verified or not)."""
+        self.opening_q[self.opening_band(q)] += 1.0
 
     def judged(self, start: str, p: float) -> None:
         """The first draft of a step was dropped unverified (the policy kept none of its drafts): no verdict, but its
@@ -693,7 +702,7 @@ class AutoK:
         value = sum(cum) + np.cumsum(last) - lam * cost + last * p * excess
         return bool((value > stop_value + 1e-12).any())
 
-    def worth_a_look(self, cal: Calibration, k_cap: int, extra: float = 0.0) -> bool:
+    def worth_a_look(self, cal: Calibration, k_cap: int, extra: float = 0.0, opening: bool = False) -> bool:
         """Whether drafting one token only to see its confidence pays, when drafting blind does not
         (:meth:`worth_drafting_more` said no): the look costs a draft forward (c, plus `extra` to catch up) and buys
         the choice between drafting nothing and the best continuation from that first draft's confidence q —
@@ -702,21 +711,34 @@ class AutoK:
 
         P_1 = cal(q), P_{l+1} = P_l·p_after(q), q distributed as the lane's first drafts were (`first_q`). A cheap
         draft with often-confident first drafts looks every step (the look is dropped unverified when its q says no);
-        an expensive one, or one whose first drafts are mostly unsure, does not."""
+        an expensive one, or one whose first drafts are mostly unsure, does not.
+
+        `opening`: the look is at an answer's first token (AutoK.ended): q distributed over the opening's confidence
+        bands as the pair's openings were (`opening_q`, each band at its middle), P_1 the band's estimate
+        (Acceptance.p_opening). Without it an opening whose estimate over every band fell below what pays was never
+        drafted again, whatever its confidence: replayed over 4 passes of the 24 Spec-Bench prompts, the estimate fell
+        to 0.44 and no answer drafted on the prompt's forward, where the 5 openings of confidence ≥ 0.8 were kept 4 times."""
         if k_cap <= 0:
             return False
         lam = self.rate
-        counts = np.asarray(self.acceptance.first_q, dtype=float)
+        a = self.acceptance
+        if opening:
+            edges = (0.0, *OPENING_BANDS, 1.0)
+            qs = [(lo + hi) / 2 for lo, hi in itertools.pairwise(edges)]
+            counts = np.asarray(a.opening_q, dtype=float)
+            p1 = np.array([self.local(a.p_opening(q)) for q in qs])
+        else:
+            # one row per confidence bin (its centre q), one column per m, vectorised: it runs before every step that
+            # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.7 ms k=auto spent
+            # on each 52 ms llama.cpp decode step where it drafted nothing (0.06 ms now, and 0.59 ms a step in all:
+            # resources/bench/README.md, "On an AVX2 machine")
+            qs = [(b + 0.5) / Calibration.BINS for b in range(Calibration.BINS)]
+            counts = np.asarray(a.first_q, dtype=float)
+            p1 = np.array([self.local(cal(q)) for q in qs])
         total = counts.sum()
         if total <= 0:
             return False
-        # one row per confidence bin (its centre q), one column per m, vectorised: it runs before every step that
-        # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.7 ms k=auto spent on
-        # each 52 ms llama.cpp decode step where it drafted nothing (0.06 ms now, and 0.59 ms a step in all:
-        # resources/bench/README.md, "On an AVX2 machine")
-        qs = [(b + 0.5) / Calibration.BINS for b in range(Calibration.BINS)]
-        p1 = np.array([self.local(cal(q)) for q in qs])
-        p_hat = np.array([self.local(self.acceptance.p_after(q)) for q in qs])
+        p_hat = np.array([self.local(a.p_after(q)) for q in qs])
         m = np.arange(1, k_cap + 1)
         have = np.cumsum(p1[:, None] * p_hat[:, None] ** (m - 1)[None, :], axis=1)  # Σ_{l≤m} P_l per bin
         v = _verify_units(self.price, k_cap + 1)
@@ -855,7 +877,7 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
     doc = dict(version=_SAVED_VERSION, key=list(key), saved=time.strftime("%Y-%m-%d %H:%M", time.localtime()), answers=auto.answers,
                calibration=dict(acc=cal.acc, n=cal.n),
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening,
-                               opening_by_q=a.opening_by_q,
+                               opening_by_q=a.opening_by_q, opening_q=a.opening_q,
                                by_category=a.by_category),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
                rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units),
@@ -960,6 +982,21 @@ def _saved_opening_by_q(acc: dict) -> list[list[float]]:
     return [_counts(c, SAVED_CAP) for c in got]
 
 
+def _saved_opening_q(acc: dict) -> list[float]:
+    """How often openings fell in each confidence band, from a saved memory (Acceptance.opening_q), worth at most
+    SAVED_CAP openings in all; the prior (bands alike) in files from before it was saved. Raises ValueError (or
+    TypeError) where it is damaged."""
+    got = acc.get("opening_q")
+    nb = len(OPENING_BANDS) + 1
+    if got is None:
+        return [OPENING_Q_PRIOR / nb] * nb
+    xs = [float(x) for x in got]
+    if len(xs) != nb or not all(math.isfinite(x) and x >= 0 for x in xs) or sum(xs) <= 0:
+        raise ValueError(f"bad opening confidences {got!r}")
+    scale = min(1.0, SAVED_CAP / sum(xs))
+    return [x * scale for x in xs]
+
+
 def _saved_acceptance_by(acc: dict) -> dict[str, dict]:
     """The acceptance counts per category of a saved memory (Acceptance.by_category), each worth at most SAVED_CAP
     verdicts; {} in files from before they were saved. Raises ValueError (or KeyError, TypeError, AttributeError)
@@ -995,7 +1032,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
             return None
         scale = min(1.0, SAVED_CAP / sum(first_q)) if sum(first_q) > 0 else 1.0
         pooled, opening = _capped(acc["pooled"], SAVED_CAP), _capped(acc["opening"], SAVED_CAP)
-        opening_by_q = _saved_opening_by_q(acc)
+        opening_by_q, opening_q = _saved_opening_by_q(acc), _saved_opening_q(acc)
         acc_by = _saved_acceptance_by(acc)
         costs, rate = d["costs"], d["rate"]
         c, o, o_base = (float(costs[x]) for x in ("c", "o", "o_base"))
@@ -1012,7 +1049,7 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     cal.acc, cal.n = [h for h, _ in cal_pairs], [n for _, n in cal_pairs]
     a = auto.acceptance
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
-    a.opening_by_q = opening_by_q
+    a.opening_by_q, a.opening_q = opening_by_q, opening_q
     a.by_category = acc_by
     a.begin(a.category)  # a category already begun keeps its entry
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
@@ -1053,6 +1090,7 @@ def saved_summary(key: tuple) -> dict | None:
                    for c, v in sorted(_saved_acceptance_by(d["acceptance"]).items()) if v["after"][top][1] > 0}
         opening = _capped(d["acceptance"]["opening"], SAVED_CAP)
         opening_by = _saved_opening_by_q(d["acceptance"])
+        _saved_opening_q(d["acceptance"])  # a file whose run would ignore it shows nothing either
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving,
                     saving_by_category=by, verify=verify, sure_next=sure[0] / sure[1], sure_next_by_category=sure_by,
                     opening=opening[0] / opening[1],

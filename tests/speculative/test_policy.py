@@ -493,6 +493,34 @@ def test_a_sure_opening_is_valued_at_what_openings_of_its_confidence_band_did():
     assert auto.acceptance.opening_by_q == [[3.0, 10.0], [0.0, 0.0], [13.0, 15.0]] and auto.acceptance.opening == [5.0, 11.0]
 
 
+def test_an_opening_is_looked_at_where_its_confidence_band_would_pay():
+    """An opening whose estimate over every band is too low for drafting blind still drafts one token to see its
+    confidence where the pair's openings often fall in a band that pays (AutoK.worth_a_look, opening=True: q over the
+    bands as `opening_q` counted, P_1 the band's estimate) — and drafts on when it is sure; where they rarely do, it
+    drafts nothing, and says why. A look is counted in `opening_q`, not in the later steps' `first_q`."""
+    from app.speculative.drafters import DraftModelDrafter
+
+    def opening(opening_q, q=0.95):
+        auto = AutoK(FLAT, draft_s=0.04)  # c = 0.4
+        a = auto.acceptance
+        a.opening = [2.0, 10.0]  # openings kept 0.2 of the time over every band: drafting blind does not pay
+        a.opening_by_q = [[0.0, 10.0], [1.0, 10.0], [19.0, 20.0]]  # but sure ones were kept 19 of 20 times
+        a.opening_q = list(opening_q)
+        d = DraftModelDrafter(Scripted(q=q), auto=auto)
+        d.start([1, 2, 3])
+        assert not auto.worth_drafting_more([], 8, p_next=a.p_opening())
+        return auto, d.propose(ctx([1, 2, 3]))
+
+    auto, p = opening([10.0, 10.0, 20.0])  # half the openings sure
+    assert len(p.ids) >= 3 and auto.acceptance.opening_q == [10.0, 10.0, 21.0]
+    assert auto.acceptance.first_q == AutoK(FLAT, draft_s=0.04).acceptance.first_q
+    auto, p = opening([10.0, 10.0, 20.0], q=0.3)  # looked, unsure: the look alone (its verify on the prompt's forward
+    assert len(p.ids) == 1 and auto.acceptance.opening_q == [11.0, 10.0, 20.0]  # costs next to nothing)
+    auto, p = opening([30.0, 10.0, 1.0])  # sure openings rare: no look
+    assert p.ids == [] and "expected acceptance of a first draft 0.20 too low to pay" in p.why
+    assert auto.acceptance.opening_q == [30.0, 10.0, 1.0]
+
+
 def test_an_answers_own_verdicts_shift_its_estimates_and_the_next_answer_starts_unshifted():
     """The estimates are learnt over many answers (from a saved memory, over hundreds of verdicts: one answer's few do
     not move them). An answer whose confident drafts the target rejects step after step (a Spec-Bench editing prompt:
@@ -974,8 +1002,9 @@ def test_acceptance_by_category_is_saved_and_savings_of_an_earlier_rule_are_not(
 
 
 def test_the_openings_by_confidence_band_are_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
-    """The openings' counts per confidence band (Acceptance.opening_by_q) are written with what the pair learnt and
-    read back by its next run, each worth at most SAVED_CAP openings; `saved_summary` and `opening_words` show them, as
+    """The openings' counts per confidence band (Acceptance.opening_by_q) and how often openings fell in each band
+    (opening_q) are written with what the pair learnt and read back by its next run, each worth at most SAVED_CAP
+    openings; `saved_summary` and `opening_words` show them, as
     `profile` and the Costs tab do. A file from before they were saved starts every band from the pooled estimate, the
     rest still read; damaged counts make the file ignored."""
     import json
@@ -991,6 +1020,7 @@ def test_the_openings_by_confidence_band_are_saved_with_the_rest_of_k_autos_memo
     a = first.auto.acceptance
     a.opening = [47.0, 87.0]
     a.opening_by_q = [[10.0, 31.0], [24.0, 42.0], [260.0, 280.0]]
+    a.opening_q = [31.0, 42.0, 327.0]
     first.finish()
     policy.forget(key)
     second = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
@@ -999,6 +1029,7 @@ def test_the_openings_by_confidence_band_are_saved_with_the_rest_of_k_autos_memo
     assert b.opening_by_q == [[10.0, 31.0], [24.0, 42.0], [pytest.approx(260.0 * SAVED_CAP / 280.0), SAVED_CAP]]
     sure = (260.0 * SAVED_CAP / 280.0 + OPENING_BAND_WEIGHT * 47.0 / 87.0) / (SAVED_CAP + OPENING_BAND_WEIGHT)
     assert b.p_opening(0.9) == pytest.approx(sure)
+    assert b.opening_q == [pytest.approx(x / 4) for x in (31.0, 42.0, 327.0)]  # 400 openings: worth 100
     summary = policy.saved_summary(key)
     assert summary["opening"] == pytest.approx(47.0 / 87.0)
     assert summary["opening_by_band"]["q>=0.8"] == (pytest.approx(sure), SAVED_CAP)
@@ -1012,12 +1043,18 @@ def test_the_openings_by_confidence_band_are_saved_with_the_rest_of_k_autos_memo
     path.write_text(json.dumps(doc))
     older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
     assert older.notes and older.auto.acceptance.opening_by_q == [[0.0, 0.0]] * 3
+    del doc["acceptance"]["opening_q"]
+    path.write_text(json.dumps(doc))
+    policy.forget(key)
+    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
+    assert older.notes and older.auto.acceptance.opening_q == AutoK(LLAMA, draft=LLAMA_DRAFT).acceptance.opening_q
     assert older.auto.acceptance.p_opening(0.9) == pytest.approx(47.0 / 87.0)
     assert opening_words(policy.saved_summary(key)) == "an answer's first draft was kept 0.54 of the time"
     policy.forget(key)
-    for bad in ([[3, 2], [0, 0], [0, 0]], [[0, 0], [0, 0]], "x"):
+    for field, bad in (("opening_by_q", [[3, 2], [0, 0], [0, 0]]), ("opening_by_q", [[0, 0], [0, 0]]), ("opening_by_q", "x"),
+                       ("opening_q", [1.0, -1.0, 1.0]), ("opening_q", [1.0, 1.0]), ("opening_q", [0.0, 0.0, 0.0])):
         doc = json.loads(json.dumps(saved))
-        doc["acceptance"]["opening_by_q"] = bad
+        doc["acceptance"][field] = bad
         path.write_text(json.dumps(doc))
         damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
         assert damaged.notes == [] and damaged.auto.acceptance.opening_by_q == [[0.0, 0.0]] * 3, bad
