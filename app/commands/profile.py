@@ -100,13 +100,13 @@ def _memory_line(m: dict) -> str:
         return "k=auto memory: off (SPECDECK_KAUTO_MEMORY=off); its lanes start from their priors"
     if m["forgot"]:
         return f"k=auto memory: forgotten ({m['forgot']} deleted); the next lane starts from its priors"
-    from app.speculative.policy import opening_words, saving_words, sure_words
+    from app.speculative.policy import saving_words, sure_words
 
     s = m["saved"]
     if s is None:
         return "k=auto memory: nothing saved for this pair yet (a k=auto lane saves what it learnt when it ends)"
     kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
     return (f"k=auto memory: learnt over {s['answers']} answer(s), saved {s['saved']} ({s['path']}); drafts kept by "
-            f"confidence: {kept}; {sure_words(s)}; {opening_words(s)}; {saving_words(s)} (the draft reads a prompt only where that repays reading it, judged "
+            f"confidence: {kept}; {sure_words(s)}; {saving_words(s)} (the draft reads a prompt only where that repays reading it, judged "
             f"on the prompt's category where it has one); its verifies of several tokens cost {s['verify']:.2f}x what the target's profile "
             f"says; --forget-kauto deletes it")

@@ -321,9 +321,9 @@ class DraftModelDrafter:
         if auto is not None:
             own = auto.catch_up_units(min(behind, 2)) if self.state is not None else 0.0  # a first reading: all of it
             extra = own + (auto.catch_up_units(behind) - own) / max(1, ctx.max_k + 1)
-        p_opening = auto.acceptance.p_opening() if auto is not None and self._opening else None  # AutoK.ended
+        p_opening = auto.acceptance.p_opening if auto is not None and self._opening else None  # AutoK.ended
         if auto is not None and not auto.worth_drafting_more([], k, p_next=p_opening, extra=extra) and (
-                not auto.worth_a_look(self.calibration, k, extra=extra, opening=p_opening is not None)):
+                p_opening is not None or not auto.worth_a_look(self.calibration, k, extra=extra)):
             p_first = auto.p_next(None) if p_opening is None else p_opening
             auto.skipped()
             if not auto.can_ever_pay(k):
@@ -393,7 +393,7 @@ class DraftModelDrafter:
             if auto is not None:
                 p = auto.local(self.calibration(q_drafted[-1]))
                 if not cum and p_opening is not None:
-                    p = auto.acceptance.p_opening(q_drafted[-1])  # the answer's first token: the openings' estimate at its confidence band (AutoK.ended)
+                    p = p_opening  # the answer's first token: the opening's own estimate, whatever its confidence (AutoK.ended)
                 cum.append(cum[-1] * p if cum else p)
                 if tok in ctx.eos_ids or not auto.worth_drafting_more(cum, k, p_next=auto.p_next(q_drafted[-1])):
                     break
@@ -402,9 +402,7 @@ class DraftModelDrafter:
             feed = [tok]
         why = ""
         if auto is not None:
-            if self._opening:
-                auto.acceptance.saw_opening(q_drafted[0])
-            else:
+            if not self._opening:
                 auto.acceptance.saw_first(q_drafted[0])
             keep = auto.best_k(cum, p_next=auto.p_next(q_drafted[-1]), k_cap=k)
             why = auto.explain(cum, keep)

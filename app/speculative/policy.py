@@ -80,10 +80,8 @@ did not propose (free evidence).
 
 from __future__ import annotations
 
-import bisect
 import copy
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -99,8 +97,8 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "CATEGORY_WEIGHT", "OPENING_BANDS", "OPENING_BAND_WEIGHT", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_POLICY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
-           "forget", "SAVED_CAP", "saving_words", "sure_words", "opening_words", "scaled_verify", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "CATEGORY_WEIGHT", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_POLICY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+           "forget", "SAVED_CAP", "saving_words", "sure_words", "scaled_verify", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
 AUTO_K_MAX = 32
@@ -124,21 +122,6 @@ PRIOR_GAMMA = 0.7
 FIRST_Q_PRIOR = 1.0
 #: the prior of an answer's first draft being accepted: 14 of 24 on the Qwen pair's Spec-Bench prompts (AutoK.ended)
 OPENING_PRIOR = 0.6
-#: the confidence bands of an answer's first draft, each with its own estimate of being kept (Acceptance.p_opening):
-#: below 0.5, 0.5–0.8, 0.8 and above. Counted over every run file of the Qwen pair at hand (the fixed `cstop` lanes'
-#: openings, one per prompt and run): PyTorch, 13 of 14 kept at ≥ 0.8, 24 of 42 at 0.5–0.8, 10 of 31 below 0.5;
-#: llama.cpp 3 of 3, 7 of 12, 3 of 9 — the band says little below 0.8 and much above it (resources/bench/README.md,
-#: "The opening by confidence")
-OPENING_BANDS = (0.5, 0.8)
-#: what the opening's estimate over every confidence is worth, in openings, as the prior of a band's own: a band that
-#: has seen none is the pooled estimate, one whose openings were all kept passes 0.8 after about 12 of them
-OPENING_BAND_WEIGHT = PRIOR_WEIGHT
-#: what the prior on an opening's confidence band (Acceptance.opening_q: every band alike) is worth, in openings, as
-#: FIRST_Q_PRIOR is for later steps' first drafts
-OPENING_Q_PRIOR = 1.0
-#: the bands' names, as saved_summary and opening_words show them
-OPENING_BAND_NAMES = (f"q<{OPENING_BANDS[0]:g}", *(f"{a:g}-{b:g}" for a, b in itertools.pairwise(OPENING_BANDS)),
-                      f"q>={OPENING_BANDS[-1]:g}")
 #: the prior variance, in log-odds, of how far one answer's acceptance is from the estimates learnt over many
 #: (AutoK.local): a shift of ±0.5 (odds ×0.6 … ×1.65) is one standard deviation. Replayed over a calibration of the 24
 #: Spec-Bench prompts (3 orders), k=auto went from 0.980 to 0.998 of the best fixed setting starting from a saved
@@ -240,12 +223,6 @@ class Calibration:
         self.n[b] += 1.0
 
 
-def _opening_estimate(pooled: list[float], band: list[float]) -> float:
-    """A confidence band's estimate of an opening being kept: its counts around the pooled mean worth
-    OPENING_BAND_WEIGHT openings."""
-    return (band[0] + OPENING_BAND_WEIGHT * pooled[0] / pooled[1]) / (band[1] + OPENING_BAND_WEIGHT)
-
-
 class Acceptance:
     """Acceptance estimates from the target's verdicts, for tokens not yet drafted (Beta counts around a prior).
 
@@ -257,10 +234,7 @@ class Acceptance:
     `first_q[bin]`: how often a step's first draft had its confidence in that bin (what drafting one token to look at
     its confidence is likely to show: :meth:`AutoK.worth_a_look`);
     `opening`: P(the draft of the answer's first token is accepted) — the opening step's own position
-    (:meth:`AutoK.ended`), over every confidence; `opening_by_q[band]`: the openings' counts per confidence band
-    (OPENING_BANDS, no prior of their own), whose estimate is a band's counts around `opening` worth
-    OPENING_BAND_WEIGHT openings (:meth:`p_opening`); `opening_q[band]`: how often an opening's first draft had its
-    confidence in that band, verified or not (what a look at an opening is likely to show: :meth:`AutoK.worth_a_look`).
+    (:meth:`AutoK.ended`), whatever the draft's confidence.
 
     `first` and `after` are also learnt per category of prompt (`by_category`: the verdicts of answers whose prompt
     had that category, counted beside the pooled ones, no prior of their own): where the answer's prompt has a
@@ -280,8 +254,6 @@ class Acceptance:
         self.after = [[weight * prior_acceptance((i + 0.5) / bins), weight] for i in range(bins)]
         self.first_q = [FIRST_Q_PRIOR / bins] * bins  # prior: every confidence alike, worth one first draft
         self.opening = [OPENING_PRIOR * weight, weight]  # the answer's first token (AutoK.ended)
-        self.opening_by_q = [[0.0, 0.0] for _ in range(len(OPENING_BANDS) + 1)]  # per confidence band, no prior
-        self.opening_q = [OPENING_Q_PRIOR / (len(OPENING_BANDS) + 1)] * (len(OPENING_BANDS) + 1)  # prior: bands alike
         self.category = ""  # the answer's prompt's category ("" where none: the pooled estimates alone)
         self.by_category: dict[str, dict] = {}  # per category, counts without a prior: {first, pooled, after}
 
@@ -330,17 +302,10 @@ class Acceptance:
                 c[0] += hit
                 c[1] += 1.0
 
-    @staticmethod
-    def opening_band(q: float) -> int:
-        """The confidence band (OPENING_BANDS) of an opening draft of confidence q."""
-        return bisect.bisect_right(OPENING_BANDS, q)
-
-    def p_opening(self, q: float | None = None) -> float:
-        """P(the draft of an answer's first token is accepted) (AutoK.ended): before it is drafted (`q` None), over
-        every confidence; once drafted with confidence q, its band's openings around that, worth OPENING_BAND_WEIGHT."""
-        if q is None:
-            return self._mean(self.opening)
-        return _opening_estimate(self.opening, self.opening_by_q[self.opening_band(q)])
+    @property
+    def p_opening(self) -> float:
+        """P(the draft of an answer's first token is accepted), whatever its confidence (AutoK.ended)."""
+        return self._mean(self.opening)
 
     def p_after(self, q: float) -> float:
         b = Calibration.bin(q)
@@ -354,10 +319,8 @@ class Acceptance:
         if drafted <= 0:
             return
         if opening:
-            bands = (self.opening, *((self.opening_by_q[self.opening_band(qs[0])],) if qs else ()))
-            for c in bands:
-                c[0] += 1.0 if accepted >= 1 else 0.0
-                c[1] += 1.0
+            self.opening[0] += 1.0 if accepted >= 1 else 0.0
+            self.opening[1] += 1.0
         else:
             self._count_first(start, 1.0 if accepted >= 1 else 0.0)
         own = self._own()
@@ -371,10 +334,6 @@ class Acceptance:
     def saw_first(self, q: float) -> None:
         """A step's first draft was made with confidence q (kept or not)."""
         self.first_q[Calibration.bin(q)] += 1.0
-
-    def saw_opening(self, q: float) -> None:
-        """An answer's first draft (the opening's) was made with confidence q (verified or not)."""
-        self.opening_q[self.opening_band(q)] += 1.0
 
     def judged(self, start: str, p: float) -> None:
         """The first draft of a step was dropped unverified (the policy kept none of its drafts): no verdict, but its
@@ -702,7 +661,7 @@ class AutoK:
         value = sum(cum) + np.cumsum(last) - lam * cost + last * p * excess
         return bool((value > stop_value + 1e-12).any())
 
-    def worth_a_look(self, cal: Calibration, k_cap: int, extra: float = 0.0, opening: bool = False) -> bool:
+    def worth_a_look(self, cal: Calibration, k_cap: int, extra: float = 0.0) -> bool:
         """Whether drafting one token only to see its confidence pays, when drafting blind does not
         (:meth:`worth_drafting_more` said no): the look costs a draft forward (c, plus `extra` to catch up) and buys
         the choice between drafting nothing and the best continuation from that first draft's confidence q —
@@ -711,34 +670,21 @@ class AutoK:
 
         P_1 = cal(q), P_{l+1} = P_l·p_after(q), q distributed as the lane's first drafts were (`first_q`). A cheap
         draft with often-confident first drafts looks every step (the look is dropped unverified when its q says no);
-        an expensive one, or one whose first drafts are mostly unsure, does not.
-
-        `opening`: the look is at an answer's first token (AutoK.ended): q distributed over the opening's confidence
-        bands as the pair's openings were (`opening_q`, each band at its middle), P_1 the band's estimate
-        (Acceptance.p_opening). Without it an opening whose estimate over every band fell below what pays was never
-        drafted again, whatever its confidence: replayed over 4 passes of the 24 Spec-Bench prompts, the estimate fell
-        to 0.44 and no answer drafted on the prompt's forward, where the 5 openings of confidence ≥ 0.8 were kept 4 times."""
+        an expensive one, or one whose first drafts are mostly unsure, does not."""
         if k_cap <= 0:
             return False
         lam = self.rate
-        a = self.acceptance
-        if opening:
-            edges = (0.0, *OPENING_BANDS, 1.0)
-            qs = [(lo + hi) / 2 for lo, hi in itertools.pairwise(edges)]
-            counts = np.asarray(a.opening_q, dtype=float)
-            p1 = np.array([self.local(a.p_opening(q)) for q in qs])
-        else:
-            # one row per confidence bin (its centre q), one column per m, vectorised: it runs before every step that
-            # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.7 ms k=auto spent
-            # on each 52 ms llama.cpp decode step where it drafted nothing (0.06 ms now, and 0.59 ms a step in all:
-            # resources/bench/README.md, "On an AVX2 machine")
-            qs = [(b + 0.5) / Calibration.BINS for b in range(Calibration.BINS)]
-            counts = np.asarray(a.first_q, dtype=float)
-            p1 = np.array([self.local(cal(q)) for q in qs])
+        counts = np.asarray(self.acceptance.first_q, dtype=float)
         total = counts.sum()
         if total <= 0:
             return False
-        p_hat = np.array([self.local(a.p_after(q)) for q in qs])
+        # one row per confidence bin (its centre q), one column per m, vectorised: it runs before every step that
+        # drafts nothing, and as a Python loop over 10 bins × 32 drafts it took 0.21 ms of the 0.7 ms k=auto spent on
+        # each 52 ms llama.cpp decode step where it drafted nothing (0.06 ms now, and 0.59 ms a step in all:
+        # resources/bench/README.md, "On an AVX2 machine")
+        qs = [(b + 0.5) / Calibration.BINS for b in range(Calibration.BINS)]
+        p1 = np.array([self.local(cal(q)) for q in qs])
+        p_hat = np.array([self.local(self.acceptance.p_after(q)) for q in qs])
         m = np.arange(1, k_cap + 1)
         have = np.cumsum(p1[:, None] * p_hat[:, None] ** (m - 1)[None, :], axis=1)  # Σ_{l≤m} P_l per bin
         v = _verify_units(self.price, k_cap + 1)
@@ -779,13 +725,11 @@ class AutoK:
         Qwen pair, greedy) 14 of 24 opening drafts were kept and 2 of 4 of confidence ≥ 0.8, against 164 of 206 and
         111 of 116 for later steps' first drafts. Its first verdict teaches neither the first-draft estimates nor
         (the drafter's part) the calibration, and the step after it starts as after a skip: one rejected opening had
-        kept proposals short for the rest of an answer. It teaches the opening's own estimates (`Acceptance.opening`,
-        over every confidence, and `opening_by_q`, the first draft's confidence band), which value the first draft in
-        the next answers' openings instead of the later steps' calibration: with it, a q = 0.87 opening drafted 10
-        tokens on the prompt's forward and lost them all, and a q = 0.27 one (sum-1, where 13 drafts in a row were
-        kept) was not drafted on; of those 24 openings 3 of 6 were kept at q ≥ 0.7 and 4 of 8 below 0.5. Over more
-        openings, those of confidence ≥ 0.8 were kept 13 of 14 times (OPENING_BANDS): valued at the estimate over
-        every confidence (0.54), a sure opening was never drafted on past its first token."""
+        kept proposals short for the rest of an answer. It teaches the opening's own estimate (`Acceptance.opening`),
+        which is the first draft's acceptance in the next answer's opening, whatever its confidence: with the later
+        steps' calibration, a q = 0.87 opening drafted 10 tokens on the prompt's forward and lost them all, and a
+        q = 0.27 one (sum-1, where 13 drafts in a row were kept) was not drafted on; of those 24 openings 3 of 6 were kept
+        at q ≥ 0.7 and 4 of 8 below 0.5."""
         self.acceptance.verdict(self.start, list(qs or []), drafted, accepted, opening=opening)
         if drafted <= 0 and dropped is not None and not opening:
             self.acceptance.judged(self.start, dropped)
@@ -877,7 +821,6 @@ def save_learnt(key: tuple, auto: AutoK, cal: Calibration) -> Path | None:
     doc = dict(version=_SAVED_VERSION, key=list(key), saved=time.strftime("%Y-%m-%d %H:%M", time.localtime()), answers=auto.answers,
                calibration=dict(acc=cal.acc, n=cal.n),
                acceptance=dict(first=a.first, pooled=a.pooled, after=a.after, first_q=a.first_q, opening=a.opening,
-                               opening_by_q=a.opening_by_q, opening_q=a.opening_q,
                                by_category=a.by_category),
                costs=dict(c=auto.price.c, o=auto.price.o, o_base=auto.price.o_base),
                rate=dict(tokens=auto._tok, units=auto._units, all_tokens=auto._all_tok, all_units=auto._all_units),
@@ -970,33 +913,6 @@ def _counts(c: list[float], cap: float) -> list[float]:
     return _capped([hits, n], cap)
 
 
-def _saved_opening_by_q(acc: dict) -> list[list[float]]:
-    """The openings' counts per confidence band of a saved memory (Acceptance.opening_by_q), each worth at most
-    SAVED_CAP openings; every band empty in files from before they were saved. Raises ValueError (or TypeError) where
-    they are damaged."""
-    got = acc.get("opening_by_q")
-    if got is None:
-        return [[0.0, 0.0] for _ in range(len(OPENING_BANDS) + 1)]
-    if not isinstance(got, list) or len(got) != len(OPENING_BANDS) + 1:
-        raise ValueError(f"bad opening counts {got!r}")
-    return [_counts(c, SAVED_CAP) for c in got]
-
-
-def _saved_opening_q(acc: dict) -> list[float]:
-    """How often openings fell in each confidence band, from a saved memory (Acceptance.opening_q), worth at most
-    SAVED_CAP openings in all; the prior (bands alike) in files from before it was saved. Raises ValueError (or
-    TypeError) where it is damaged."""
-    got = acc.get("opening_q")
-    nb = len(OPENING_BANDS) + 1
-    if got is None:
-        return [OPENING_Q_PRIOR / nb] * nb
-    xs = [float(x) for x in got]
-    if len(xs) != nb or not all(math.isfinite(x) and x >= 0 for x in xs) or sum(xs) <= 0:
-        raise ValueError(f"bad opening confidences {got!r}")
-    scale = min(1.0, SAVED_CAP / sum(xs))
-    return [x * scale for x in xs]
-
-
 def _saved_acceptance_by(acc: dict) -> dict[str, dict]:
     """The acceptance counts per category of a saved memory (Acceptance.by_category), each worth at most SAVED_CAP
     verdicts; {} in files from before they were saved. Raises ValueError (or KeyError, TypeError, AttributeError)
@@ -1032,7 +948,6 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
             return None
         scale = min(1.0, SAVED_CAP / sum(first_q)) if sum(first_q) > 0 else 1.0
         pooled, opening = _capped(acc["pooled"], SAVED_CAP), _capped(acc["opening"], SAVED_CAP)
-        opening_by_q, opening_q = _saved_opening_by_q(acc), _saved_opening_q(acc)
         acc_by = _saved_acceptance_by(acc)
         costs, rate = d["costs"], d["rate"]
         c, o, o_base = (float(costs[x]) for x in ("c", "o", "o_base"))
@@ -1049,7 +964,6 @@ def load_learnt(key: tuple, auto: AutoK, cal: Calibration) -> str | None:
     cal.acc, cal.n = [h for h, _ in cal_pairs], [n for _, n in cal_pairs]
     a = auto.acceptance
     a.first, a.pooled, a.after, a.first_q, a.opening = first, pooled, after, [x * scale for x in first_q], opening
-    a.opening_by_q, a.opening_q = opening_by_q, opening_q
     a.by_category = acc_by
     a.begin(a.category)  # a category already begun keeps its entry
     auto.price = replace(auto.price, c=c, o=o, o_base=o_base)
@@ -1071,9 +985,8 @@ def saved_summary(key: tuple) -> dict | None:
     met (AutoK.saving_of);
     `verify`: what the pair's verifies of several tokens cost over the target's profile (AutoK.verify_factor);
     `sure_next`: how often a draft after one of confidence ≥ 0.9 was kept, and `sure_next_by_category` {category:
-    (estimate, verdicts of its own)} (Acceptance.by_category, sure_words); `opening`: how often an answer's first
-    draft was kept, and `opening_by_band` {"q<0.5", "0.5-0.8", "q>=0.8": (estimate, openings of its own)}
-    (Acceptance.p_opening, opening_words); None where nothing readable is saved (or the memory is off)."""
+    (estimate, verdicts of its own)} (Acceptance.by_category, sure_words); None where nothing readable is saved (or
+    the memory is off)."""
     if (got := _read_saved(key)) is None:
         return None
     path, d = got
@@ -1088,13 +1001,8 @@ def saved_summary(key: tuple) -> dict | None:
         sure = _capped(d["acceptance"]["after"][top], SAVED_CAP)
         sure_by = {c: (Acceptance._around(sure, v["after"][top]), v["after"][top][1])
                    for c, v in sorted(_saved_acceptance_by(d["acceptance"]).items()) if v["after"][top][1] > 0}
-        opening = _capped(d["acceptance"]["opening"], SAVED_CAP)
-        opening_by = _saved_opening_by_q(d["acceptance"])
-        _saved_opening_q(d["acceptance"])  # a file whose run would ignore it shows nothing either
         return dict(path=str(path), answers=int(d.get("answers", 0)), saved=str(d.get("saved", "?")), kept=kept, saving=saving,
-                    saving_by_category=by, verify=verify, sure_next=sure[0] / sure[1], sure_next_by_category=sure_by,
-                    opening=opening[0] / opening[1],
-                    opening_by_band={b: (_opening_estimate(opening, c), c[1]) for b, c in zip(OPENING_BAND_NAMES, opening_by, strict=True)})
+                    saving_by_category=by, verify=verify, sure_next=sure[0] / sure[1], sure_next_by_category=sure_by)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, IndexError, AttributeError):
         return None
 
@@ -1118,17 +1026,6 @@ def sure_words(summary: dict) -> str:
     by = summary.get("sure_next_by_category") or {}
     if by:
         words += " (by category: " + ", ".join(f"{c} {p:.2f}" for c, (p, _) in by.items()) + ")"
-    return words
-
-
-def opening_words(summary: dict) -> str:
-    """What a saved memory says of answers' first drafts (saved_summary): "an answer's first draft was kept 0.54 of the
-    time", then per confidence band that has seen openings, "(by its confidence: q<0.5 0.41 over 31, q>=0.8 0.80 over
-    14)" — what k=auto values an opening's first draft at (Acceptance.p_opening)."""
-    words = f"an answer's first draft was kept {summary['opening']:.2f} of the time"
-    by = {b: v for b, v in (summary.get("opening_by_band") or {}).items() if v[1] > 0}
-    if by:
-        words += " (by its confidence: " + ", ".join(f"{b} {p:.2f} over {n:.0f}" for b, (p, n) in by.items()) + ")"
     return words
 
 

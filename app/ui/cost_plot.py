@@ -129,7 +129,7 @@ class CostPanel(QWidget):
     def refresh_memory(self) -> None:
         """Read what k=auto saved of each pair of the run and show it (nothing saved, or the memory off: the row hides),
         then redraw (the curves as its memory prices them)."""
-        from app.speculative.policy import opening_words, saved_summary, saving_words, sure_words
+        from app.speculative.policy import saved_summary, saving_words, sure_words
 
         lines, self._saved = [], {}
         for label, key in self.pairs():
@@ -139,7 +139,7 @@ class CostPanel(QWidget):
             self._saved[key] = s
             kept = ", ".join(f"{b} {v:.0%}" for b, v in s["kept"].items())
             lines.append(f"• {label}: over {s['answers']} answer(s), saved {s['saved']}; drafts kept by confidence: {kept}; "
-                         f"{sure_words(s)}; {opening_words(s)}; {saving_words(s)}; verifies cost {s['verify']:.2f}x the profile's")
+                         f"{sure_words(s)}; {saving_words(s)}; verifies cost {s['verify']:.2f}x the profile's")
         if lines:
             self.memory.setText("k=auto starts from what it learnt of these pairs on this machine:\n" + "\n".join(lines))
         self.memory_row.setVisible(bool(lines))

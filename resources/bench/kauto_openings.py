@@ -1,11 +1,11 @@
 """How often an answer's first draft (the opening) was kept, by its confidence band, counted over recorded runs.
 
-k=auto values an opening's first draft at what the openings of its confidence band did (Acceptance.p_opening,
-app.speculative.policy.OPENING_BANDS). This counts, in run files (`.specdeck`), the openings of the fixed draft-model
-lanes — every such lane drafts on the prompt's forward, so its step 0 shows the draft's first token, its confidence
-and the target's verdict — one per prompt, draft and run file (the lanes of one draft on one prompt open alike), greedy
-runs only, by backend (llama.cpp where the draft is a GGUF engine, else PyTorch) and band. A prediction's input, not
-a speed: no model runs.
+k=auto values an opening's first draft at the opening's own estimate over every confidence (AutoK.ended). This counts,
+in run files (`.specdeck`), the openings of the fixed draft-model lanes — every such lane drafts on the prompt's
+forward, so its step 0 shows the draft's first token, its confidence and the target's verdict — one per prompt, draft
+and run file (the lanes of one draft on one prompt open alike), greedy runs only, by backend (llama.cpp where the
+draft is a GGUF engine, else PyTorch) and confidence band (below 0.5, 0.5–0.8, 0.8 and above). A prediction's input,
+not a speed: no model runs.
 
     python resources/bench/kauto_openings.py resources/bench/*.specdeck [--json PATH]
 
@@ -17,6 +17,7 @@ and each run file's openings from the other files').
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import sys
@@ -30,7 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kauto_verdict import run_file_lanes  # noqa: E402  (a run file's lanes by prompt, setup and repeat)
 
 from app.core.errors import SpecDeckError  # noqa: E402
-from app.speculative.policy import OPENING_BAND_NAMES, Acceptance  # noqa: E402
+
+#: the confidence bands counted: below 0.5, 0.5–0.8, 0.8 and above
+BANDS = (0.5, 0.8)
+BAND_NAMES = ("q<0.5", "0.5-0.8", "q>=0.8")
+
+
+def band(q: float) -> int:
+    """The band (BANDS) of an opening of confidence q."""
+    return bisect.bisect_right(BANDS, q)
 
 
 def openings(path: str) -> list[dict]:
@@ -61,8 +70,7 @@ def _loglik(rows: list[dict], p_of) -> float:
 
 def summary(rows: list[dict]) -> dict:
     """Per band: [kept, openings]; the pooled estimate; log-likelihoods of one estimate against one per band."""
-    band = Acceptance.opening_band
-    counts = [[0, 0] for _ in OPENING_BAND_NAMES]
+    counts = [[0, 0] for _ in BAND_NAMES]
     for r in rows:
         c = counts[band(r["q"])]
         c[0] += int(r["kept"])
@@ -78,15 +86,15 @@ def summary(rows: list[dict]) -> dict:
         m = sum(1 for r in train if band(r["q"]) == b)
         return (k + 1) / (m + 2)
 
-    distinct = [[0, 0] for _ in OPENING_BAND_NAMES]  # each (prompt, draft) once: its first run file's opening
+    distinct = [[0, 0] for _ in BAND_NAMES]  # each (prompt, draft) once: its first run file's opening
     for r in {(r["prompt"], r["draft"]): r for r in reversed(rows)}.values():
         c = distinct[band(r["q"])]
         c[0] += int(r["kept"])
         c[1] += 1
     files = sorted({r["file"] for r in rows})
     held = [[r for r in rows if r["file"] != f] for f in files]
-    return dict(openings=n, kept=kept, by_band={name: c for name, c in zip(OPENING_BAND_NAMES, counts, strict=True)},
-                distinct_by_band={name: c for name, c in zip(OPENING_BAND_NAMES, distinct, strict=True)},
+    return dict(openings=n, kept=kept, by_band={name: c for name, c in zip(BAND_NAMES, counts, strict=True)},
+                distinct_by_band={name: c for name, c in zip(BAND_NAMES, distinct, strict=True)},
                 loglik_pooled=_loglik(rows, lambda r: pooled_of(rows)),
                 loglik_banded=_loglik(rows, lambda r: banded_of(rows, r["q"])),
                 loglik_pooled_held_out=sum(_loglik([r for r in rows if r["file"] == f], lambda r, t=t: pooled_of(t))

@@ -426,8 +426,7 @@ def test_the_answers_opening_teaches_nothing_about_later_tokens():
     assert p.ids and p.ids[0] == 9 and p.q_drafted[0] == pytest.approx(0.87)
     assert "P(all accepted) 0.60 " in p.why  # the opening's own estimate caps calibrated 0.87^0.7 = 0.91
     d.feedback(len(p.ids), 0)
-    assert auto.acceptance.p_opening() == pytest.approx(3.6 / 7)  # it learns the opening's own estimate instead
-    assert auto.acceptance.opening_by_q == [[0.0, 0.0], [0.0, 0.0], [0.0, 1.0]]  # and its confidence band's
+    assert auto.acceptance.p_opening == pytest.approx(3.6 / 7)  # it learns the opening's own estimate instead
     assert d.calibration(0.87) == cal0 and auto.acceptance.p_first("skip") == first0
     assert auto.acceptance.first_q == seen0 and auto.start == "skip"
     p = d.propose(ctx([*prompt, 5]))  # step 1
@@ -455,70 +454,6 @@ def test_an_unsure_opening_draft_is_valued_at_the_openings_own_estimate():
     # (shifted to this answer: the opening's second draft, rejected, is this answer's first verdict: AutoK.local)
     assert auto.shift < 0
     assert p.why.split("P(all accepted) ")[1].startswith(f"{auto.local(d.calibration(0.3)):.2f}")
-
-
-def test_a_sure_opening_is_valued_at_what_openings_of_its_confidence_band_did():
-    """Openings of confidence ≥ 0.8 are kept far more often than the others (PyTorch run files of the Qwen pair: 13 of
-    14, against 24 of 42 at 0.5–0.8 and 10 of 31 below): an opening's first draft is valued at its confidence band's
-    openings around the estimate over every confidence (Acceptance.p_opening), worth OPENING_BAND_WEIGHT. Valued at
-    the pooled estimate a sure opening drafts one token on the prompt's forward, as k=auto did on qa-2 where the fixed
-    setting drafted four and kept them; once sure openings have been kept it drafts on. A band that has seen none, and
-    the decision to draft at all (before any confidence is known), stay at the pooled estimate."""
-    from app.speculative.drafters import DraftModelDrafter
-    from app.speculative.policy import OPENING_BAND_WEIGHT
-
-    def opening(bands):
-        auto = AutoK(FLAT, draft_s=0.04)  # c = 0.4: a costly draft, as the fp32 0.5B draft for the 1.5B target
-        auto.acceptance.opening = [5.0, 10.0]  # openings kept half the time
-        auto.acceptance.opening_by_q = bands
-        d = DraftModelDrafter(Scripted(q=0.95), auto=auto)
-        d.start([1, 2, 3])
-        return auto, d.propose(ctx([1, 2, 3]))
-
-    auto, pooled = opening([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
-    assert auto.acceptance.p_opening(0.95) == auto.acceptance.p_opening() == 0.5
-    assert pooled.why.endswith("P(all accepted) 0.50") and len(pooled.ids) == 1
-    # sure openings kept 13 of 14, unsure ones 3 of 10
-    auto, banded = opening([[3.0, 10.0], [0.0, 0.0], [13.0, 14.0]])
-    sure = (13.0 + OPENING_BAND_WEIGHT * 0.5) / (14.0 + OPENING_BAND_WEIGHT)
-    assert auto.acceptance.p_opening(0.95) == pytest.approx(sure)
-    assert auto.acceptance.p_opening(0.6) == 0.5  # no opening seen in its band: the pooled estimate
-    assert auto.acceptance.p_opening(0.3) == pytest.approx((3.0 + OPENING_BAND_WEIGHT * 0.5) / (10.0 + OPENING_BAND_WEIGHT))
-    assert auto.acceptance.p_opening() == 0.5
-    assert len(banded.ids) >= 3  # the drafts after it at their calibrated confidence, as any step's
-    # the band learns from each opening's verdict: a sure one rejected lowers it, the others' bands stay
-    d = DraftModelDrafter(Scripted(q=0.95), auto=auto)
-    d.start([1, 2, 3])
-    d.feedback(len(d.propose(ctx([1, 2, 3])).ids), 0)
-    assert auto.acceptance.opening_by_q == [[3.0, 10.0], [0.0, 0.0], [13.0, 15.0]] and auto.acceptance.opening == [5.0, 11.0]
-
-
-def test_an_opening_is_looked_at_where_its_confidence_band_would_pay():
-    """An opening whose estimate over every band is too low for drafting blind still drafts one token to see its
-    confidence where the pair's openings often fall in a band that pays (AutoK.worth_a_look, opening=True: q over the
-    bands as `opening_q` counted, P_1 the band's estimate) — and drafts on when it is sure; where they rarely do, it
-    drafts nothing, and says why. A look is counted in `opening_q`, not in the later steps' `first_q`."""
-    from app.speculative.drafters import DraftModelDrafter
-
-    def opening(opening_q, q=0.95):
-        auto = AutoK(FLAT, draft_s=0.04)  # c = 0.4
-        a = auto.acceptance
-        a.opening = [2.0, 10.0]  # openings kept 0.2 of the time over every band: drafting blind does not pay
-        a.opening_by_q = [[0.0, 10.0], [1.0, 10.0], [19.0, 20.0]]  # but sure ones were kept 19 of 20 times
-        a.opening_q = list(opening_q)
-        d = DraftModelDrafter(Scripted(q=q), auto=auto)
-        d.start([1, 2, 3])
-        assert not auto.worth_drafting_more([], 8, p_next=a.p_opening())
-        return auto, d.propose(ctx([1, 2, 3]))
-
-    auto, p = opening([10.0, 10.0, 20.0])  # half the openings sure
-    assert len(p.ids) >= 3 and auto.acceptance.opening_q == [10.0, 10.0, 21.0]
-    assert auto.acceptance.first_q == AutoK(FLAT, draft_s=0.04).acceptance.first_q
-    auto, p = opening([10.0, 10.0, 20.0], q=0.3)  # looked, unsure: the look alone (its verify on the prompt's forward
-    assert len(p.ids) == 1 and auto.acceptance.opening_q == [11.0, 10.0, 20.0]  # costs next to nothing)
-    auto, p = opening([30.0, 10.0, 1.0])  # sure openings rare: no look
-    assert p.ids == [] and "expected acceptance of a first draft 0.20 too low to pay" in p.why
-    assert auto.acceptance.opening_q == [30.0, 10.0, 1.0]
 
 
 def test_an_answers_own_verdicts_shift_its_estimates_and_the_next_answer_starts_unshifted():
@@ -997,67 +932,6 @@ def test_acceptance_by_category_is_saved_and_savings_of_an_earlier_rule_are_not(
         path.write_text(json.dumps(doc))
         damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
         assert damaged.notes == [] and damaged.auto.acceptance.by_category == {}, bad
-        assert policy.saved_summary(key) is None
-        policy.forget(key)
-
-
-def test_the_openings_by_confidence_band_are_saved_with_the_rest_of_k_autos_memory(tmp_path, monkeypatch):
-    """The openings' counts per confidence band (Acceptance.opening_by_q) and how often openings fell in each band
-    (opening_q) are written with what the pair learnt and read back by its next run, each worth at most SAVED_CAP
-    openings; `saved_summary` and `opening_words` show them, as
-    `profile` and the Costs tab do. A file from before they were saved starts every band from the pooled estimate, the
-    rest still read; damaged counts make the file ignored."""
-    import json
-    import uuid
-
-    from app.speculative import policy
-    from app.speculative.drafters import DraftModelDrafter
-    from app.speculative.policy import OPENING_BAND_WEIGHT, SAVED_CAP, opening_words
-
-    monkeypatch.setenv("SPECDECK_KAUTO_MEMORY", str(tmp_path / "kauto"))
-    key = ("t", "d", uuid.uuid4().hex)
-    first = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
-    a = first.auto.acceptance
-    a.opening = [47.0, 87.0]
-    a.opening_by_q = [[10.0, 31.0], [24.0, 42.0], [260.0, 280.0]]
-    a.opening_q = [31.0, 42.0, 327.0]
-    first.finish()
-    policy.forget(key)
-    second = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
-    b = second.auto.acceptance
-    assert second.notes and b.opening == [47.0, 87.0]
-    assert b.opening_by_q == [[10.0, 31.0], [24.0, 42.0], [pytest.approx(260.0 * SAVED_CAP / 280.0), SAVED_CAP]]
-    sure = (260.0 * SAVED_CAP / 280.0 + OPENING_BAND_WEIGHT * 47.0 / 87.0) / (SAVED_CAP + OPENING_BAND_WEIGHT)
-    assert b.p_opening(0.9) == pytest.approx(sure)
-    assert b.opening_q == [pytest.approx(x / 4) for x in (31.0, 42.0, 327.0)]  # 400 openings: worth 100
-    summary = policy.saved_summary(key)
-    assert summary["opening"] == pytest.approx(47.0 / 87.0)
-    assert summary["opening_by_band"]["q>=0.8"] == (pytest.approx(sure), SAVED_CAP)
-    assert opening_words(summary) == ("an answer's first draft was kept 0.54 of the time (by its confidence: q<0.5 0.36 "
-                                      f"over 31, 0.5-0.8 0.57 over 42, q>=0.8 {sure:.2f} over 100)")
-    policy.forget(key)
-    path = next((tmp_path / "kauto").glob("*.json"))
-    saved = json.loads(path.read_text())
-    doc = json.loads(json.dumps(saved))
-    del doc["acceptance"]["opening_by_q"]  # an older file
-    path.write_text(json.dumps(doc))
-    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
-    assert older.notes and older.auto.acceptance.opening_by_q == [[0.0, 0.0]] * 3
-    del doc["acceptance"]["opening_q"]
-    path.write_text(json.dumps(doc))
-    policy.forget(key)
-    older = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
-    assert older.notes and older.auto.acceptance.opening_q == AutoK(LLAMA, draft=LLAMA_DRAFT).acceptance.opening_q
-    assert older.auto.acceptance.p_opening(0.9) == pytest.approx(47.0 / 87.0)
-    assert opening_words(policy.saved_summary(key)) == "an answer's first draft was kept 0.54 of the time"
-    policy.forget(key)
-    for field, bad in (("opening_by_q", [[3, 2], [0, 0], [0, 0]]), ("opening_by_q", [[0, 0], [0, 0]]), ("opening_by_q", "x"),
-                       ("opening_q", [1.0, -1.0, 1.0]), ("opening_q", [1.0, 1.0]), ("opening_q", [0.0, 0.0, 0.0])):
-        doc = json.loads(json.dumps(saved))
-        doc["acceptance"][field] = bad
-        path.write_text(json.dumps(doc))
-        damaged = DraftModelDrafter(None, auto=AutoK(LLAMA, draft=LLAMA_DRAFT), memory=key, saved=True)
-        assert damaged.notes == [] and damaged.auto.acceptance.opening_by_q == [[0.0, 0.0]] * 3, bad
         assert policy.saved_summary(key) is None
         policy.forget(key)
 
