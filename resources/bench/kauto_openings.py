@@ -64,43 +64,47 @@ def openings(path: str) -> list[dict]:
     return out
 
 
-def _loglik(rows: list[dict], p_of) -> float:
-    return sum(math.log(max(1e-6, p if r["kept"] else 1.0 - p)) for r in rows for p in (p_of(r),))
+def _estimates(train: list[dict]) -> tuple[float, list[float]]:
+    """Beta(1, 1) means of an opening being kept over `train`: over every band, and per band."""
+    kept = [0] * len(BAND_NAMES)
+    n = [0] * len(BAND_NAMES)
+    for r in train:
+        kept[band(r["q"])] += int(r["kept"])
+        n[band(r["q"])] += 1
+    return (sum(kept) + 1) / (sum(n) + 2), [(k + 1) / (m + 2) for k, m in zip(kept, n, strict=True)]
+
+
+def _loglik(rows: list[dict], train: list[dict]) -> tuple[float, float]:
+    """The log-likelihood of `rows`' verdicts under `train`'s estimate over every band, and under its per-band ones."""
+    pooled, banded = _estimates(train)
+
+    def ll(p: float, kept: bool) -> float:
+        return math.log(max(1e-6, p if kept else 1.0 - p))
+
+    return (sum(ll(pooled, r["kept"]) for r in rows), sum(ll(banded[band(r["q"])], r["kept"]) for r in rows))
 
 
 def summary(rows: list[dict]) -> dict:
-    """Per band: [kept, openings]; the pooled estimate; log-likelihoods of one estimate against one per band."""
+    """Per band [kept, openings], over every run file's openings and over each (prompt, draft) once; log-likelihoods of
+    the verdicts under one estimate against one per band, in-sample and each run file's from the other files'."""
     counts = [[0, 0] for _ in BAND_NAMES]
     for r in rows:
         c = counts[band(r["q"])]
         c[0] += int(r["kept"])
         c[1] += 1
-    kept, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
-
-    def pooled_of(train):
-        return (sum(r["kept"] for r in train) + 1) / (len(train) + 2)
-
-    def banded_of(train, q):
-        b = band(q)
-        k = sum(r["kept"] for r in train if band(r["q"]) == b)
-        m = sum(1 for r in train if band(r["q"]) == b)
-        return (k + 1) / (m + 2)
-
     distinct = [[0, 0] for _ in BAND_NAMES]  # each (prompt, draft) once: its first run file's opening
     for r in {(r["prompt"], r["draft"]): r for r in reversed(rows)}.values():
         c = distinct[band(r["q"])]
         c[0] += int(r["kept"])
         c[1] += 1
-    files = sorted({r["file"] for r in rows})
-    held = [[r for r in rows if r["file"] != f] for f in files]
-    return dict(openings=n, kept=kept, by_band={name: c for name, c in zip(BAND_NAMES, counts, strict=True)},
+    in_sample = _loglik(rows, rows)
+    held = [_loglik([r for r in rows if r["file"] == f], [r for r in rows if r["file"] != f])
+            for f in sorted({r["file"] for r in rows})]
+    return dict(openings=sum(c[1] for c in counts), kept=sum(c[0] for c in counts),
+                by_band={name: c for name, c in zip(BAND_NAMES, counts, strict=True)},
                 distinct_by_band={name: c for name, c in zip(BAND_NAMES, distinct, strict=True)},
-                loglik_pooled=_loglik(rows, lambda r: pooled_of(rows)),
-                loglik_banded=_loglik(rows, lambda r: banded_of(rows, r["q"])),
-                loglik_pooled_held_out=sum(_loglik([r for r in rows if r["file"] == f], lambda r, t=t: pooled_of(t))
-                                           for f, t in zip(files, held, strict=True)),
-                loglik_banded_held_out=sum(_loglik([r for r in rows if r["file"] == f], lambda r, t=t: banded_of(t, r["q"]))
-                                           for f, t in zip(files, held, strict=True)))
+                loglik_pooled=in_sample[0], loglik_banded=in_sample[1],
+                loglik_pooled_held_out=sum(h[0] for h in held), loglik_banded_held_out=sum(h[1] for h in held))
 
 
 def main() -> int:
