@@ -31,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kauto_verdict import run_file_lanes  # noqa: E402  (a run file's lanes by prompt, setup and repeat)
 
 from app.core.errors import SpecDeckError  # noqa: E402
+from app.core.report import draft_of  # noqa: E402  (a draft-model setup's draft, precision and target)
+from app.core.setups import parse_setup  # noqa: E402
+from app.engines.registry import resolve  # noqa: E402
 
 #: the confidence bands counted: below 0.5, 0.5–0.8, 0.8 and above
 BANDS = (0.5, 0.8)
@@ -44,22 +47,23 @@ def band(q: float) -> int:
 
 def openings(path: str) -> list[dict]:
     """The openings of a run file's fixed draft-model lanes: one per (prompt, draft), as {file, prompt, draft, backend,
-    q, kept}; none from a sampled run."""
+    q, kept} (`draft`: app.core.report.draft_of without its "draft:", the engine, precision and target); none from a sampled run. Raises
+    SpecDeckError where the file cannot be read or names an engine not known here."""
     rec, lanes = run_file_lanes(path)
-    if getattr(rec.plan, "sampling", None) and getattr(rec.plan.sampling, "temperature", 0.0) > 0:
+    if rec.plan.sampling.temperature > 0:
         return []
     out, seen = [], set()
     for (prompt, setup, _), steps in sorted(lanes.items()):
-        if not setup.startswith("draft:") or "k=auto" in setup:
+        st = parse_setup(setup)
+        if st.prefix != "draft" or st.k == "auto":
             continue
-        parts = setup[len("draft:"):].split(",")
-        draft = ",".join([parts[0], *(p for p in parts[1:] if p.startswith("dtype="))])
+        draft = (draft_of(setup) or setup).removeprefix("draft:")
         step0 = next((s for s in steps if s.step == 0), None)
         if (prompt, draft) in seen or step0 is None or not step0.drafted_ids or not step0.draft_probs:
             continue
         seen.add((prompt, draft))
         out.append(dict(file=str(path), prompt=prompt, draft=draft,
-                        backend="llama.cpp" if parts[0].startswith("llamacpp-") else "PyTorch",
+                        backend="llama.cpp" if resolve(st.engine).backend == "llamacpp" else "PyTorch",
                         q=float(step0.draft_probs[0]), kept=step0.accepted_count >= 1))
     return out
 
