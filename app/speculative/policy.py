@@ -735,6 +735,12 @@ class AutoK:
             self.acceptance.judged(self.start, dropped)
         self.start = "skip" if opening or drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
 
+    def opening_seen(self, kept: bool) -> None:
+        """The answer's first token was drafted late, only to see it judged (the draft read the prompt after step 0
+        drafted nothing: DraftModelDrafter._read_late): the opening's verdict, as if step 0 had drafted it."""
+        self.acceptance.opening[0] += 1.0 if kept else 0.0
+        self.acceptance.opening[1] += 1.0
+
     def skipped(self) -> None:
         """A step drafted nothing: the estimate after a skip drifts back toward optimism, so that a lane that stopped
         drafting on bad luck probes again later (bounded cost: one short draft)."""

@@ -8,6 +8,7 @@ import random
 import warnings
 
 import pytest
+import torch
 
 from app.core.costs import CostProfile
 from app.speculative.costs import isotonic, median_error, smooth
@@ -454,6 +455,58 @@ def test_an_unsure_opening_draft_is_valued_at_the_openings_own_estimate():
     # (shifted to this answer: the opening's second draft, rejected, is this answer's first verdict: AutoK.local)
     assert auto.shift < 0
     assert p.why.split("P(all accepted) ")[1].startswith(f"{auto.local(d.calibration(0.3)):.2f}")
+
+
+class Recording(Scripted):
+    """Scripted, whose states log each forward's ids (what the draft read, and when)."""
+
+    def __init__(self, q: float = 0.87) -> None:
+        super().__init__(q)
+        self.forwards: list[list[int]] = []
+
+    def new_state(self):
+        inner, log = super().new_state(), self.forwards
+
+        class State:
+            def forward(self, ids, last_only=True):
+                log.append(list(ids))
+                return inner.forward(ids, last_only)
+
+            def crop(self, n):
+                pass
+
+        return State()
+
+
+@pytest.mark.parametrize("first, kept", [(9, True), (5, False)])
+def test_an_opening_not_drafted_is_judged_when_the_draft_reads_the_prompt_late(first, kept):
+    """Where step 0 drafted nothing, the draft reads the context in the first step that drafts; on its way it drafts
+    the answer's first token as the opening would have (its best token, 9 here) and the target's first token is the
+    opening's verdict (DraftModelDrafter._read_late) — or an estimate that fell too low to draft openings would never
+    learn again. The reading stops at the prompt's end for that: prompt[:-1], prompt[-1], then the answer so far;
+    sampling reads as before (one forward), with no verdict."""
+    from app.speculative.drafters import DraftModelDrafter
+
+    for temperature in (0.0, 0.8):
+        eng = Recording()
+        auto = AutoK(FLAT, draft_s=0.005)
+        auto.acceptance.opening = [0.0, 60.0]  # no opening is worth drafting on
+        d = DraftModelDrafter(eng, auto=auto)
+        prompt = [1, 2, 3, 4]
+        d.start(prompt)
+        assert d.propose(ctx(prompt)).ids == [] and not eng.forwards  # step 0: nothing drafted, nothing read
+        d.feedback(0, 0)
+        assert auto.acceptance.opening == [0.0, 60.0]
+        ids = [*prompt, first, 6, 7]
+        c = DraftContext(ids, 100, temperature=temperature, generator=torch.Generator().manual_seed(0))
+        p = d.propose(c)  # step 1 drafts: the draft reads late
+        assert p.ids
+        if temperature:
+            assert not p.looked_back and eng.forwards[0] == ids[:-1] and auto.acceptance.opening == [0.0, 60.0]
+        else:
+            assert p.looked_back and eng.forwards[:3] == [[1, 2, 3], [4], [first, 6]]
+            assert auto.acceptance.opening == [1.0 if kept else 0.0, 61.0]
+            assert d.seen[:6] == ids[:6]
 
 
 def test_an_answers_own_verdicts_shift_its_estimates_and_the_next_answer_starts_unshifted():
