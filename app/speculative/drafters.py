@@ -442,7 +442,7 @@ class DraftModelDrafter:
             # answer's first token, in the opening step, teach the calibration: AutoK.ended)
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
                 if i or not self._opening:
-                    self.auto.answer_verdict(self.auto.local(self.calibration(q)), i < accepted)  # this answer's shift
+                    self.auto.answer_verdict(self.calibration(q), i < accepted)  # this answer's shifts
                     self.calibration.update(q, i < accepted)
             self.auto.ended(drafted, accepted, self._scores, self._dropped, opening=self._opening)
             self._scores, self._dropped, self._opening = [], None, False

@@ -453,7 +453,7 @@ def test_an_unsure_opening_draft_is_valued_at_the_openings_own_estimate():
     d.feedback(len(p.ids), 1)
     p = d.propose(ctx([*prompt, 9, 5]))  # step 1: the first draft at its calibrated acceptance
     # (shifted to this answer: the opening's second draft, rejected, is this answer's first verdict: AutoK.local)
-    assert auto.shift < 0
+    assert auto.shifts[0] < 0 and auto.shifts[1] == 0.0  # an unsure draft (calibrated 0.43): the unsure estimates
     assert p.why.split("P(all accepted) ")[1].startswith(f"{auto.local(d.calibration(0.3)):.2f}")
 
 
@@ -530,27 +530,32 @@ def test_an_answers_own_verdicts_shift_its_estimates_and_the_next_answer_starts_
         d.feedback(len(p.ids), 0)
         seq.append(5)
     now = d.calibration(0.95)
-    # the learnt estimate barely moved (4 verdicts against 200); this answer's moved more than three times as far
-    assert auto.shift < -0.5 and now - auto.local(now) > 3 * (learnt - now) > 0
+    # the learnt estimate barely moved (4 verdicts against 200); this answer's moved more than three times as far —
+    # the sure estimates' shift (the calibrated 0.95 is ≥ SURE_SHIFT_AT), not the unsure ones'
+    assert auto.shifts[1] < -0.5 and auto.shifts[0] == 0.0 and now - auto.local(now) > 3 * (learnt - now) > 0
     assert lengths[-1] < lengths[0]
-    assert "this answer's drafts kept less often than learnt" in d.propose(ctx(seq)).why
+    assert "this answer's sure drafts kept less often than learnt" in d.propose(ctx(seq)).why
     d.start(prompt)  # the next answer
-    assert auto.shift == 0.0 and auto.local(0.9) == 0.9
+    assert auto.shifts == [0.0, 0.0] and auto.local(0.9) == 0.9
 
 
 def test_an_answers_shift_is_a_newton_step_on_a_gaussian_prior():
-    """One verdict moves the shift by (kept − p) / (1 / ANSWER_SHIFT_VAR + Σ p(1 − p)): worked by hand at the prior's
-    variance 0.25 (precision 4)."""
-    from app.speculative.policy import ANSWER_SHIFT_VAR
+    """One verdict moves its band's shift by (kept − p) / (1 / ANSWER_SHIFT_VAR + Σ p(1 − p)), p the shifted
+    estimate: worked by hand at the prior's variance 0.25 (precision 4). The sure estimates (≥ SURE_SHIFT_AT) and the
+    unsure ones shift apart — as on qa-1, whose unsure drafts were kept more often than learnt and its sure ones less."""
+    from app.speculative.policy import ANSWER_SHIFT_VAR, SURE_SHIFT_AT
 
-    assert ANSWER_SHIFT_VAR == 0.25
+    assert ANSWER_SHIFT_VAR == 0.25 and SURE_SHIFT_AT == 0.9
     auto = AutoK(FLAT, draft_s=0.005)
-    auto.answer_verdict(0.9, False)
-    assert auto.shift == pytest.approx(-0.9 / 4.09)
+    auto.answer_verdict(0.9, False)  # a sure estimate, rejected
+    assert auto.shifts == [0.0, pytest.approx(-0.9 / 4.09)]
     p = auto.local(0.9)
     assert p == pytest.approx(1 / (1 + math.exp(-(math.log(9) - 0.9 / 4.09))))
-    auto.answer_verdict(p, True)
-    assert auto.shift == pytest.approx(-0.9 / 4.09 + (1 - p) / (4.09 + p * (1 - p)))
+    auto.answer_verdict(0.9, True)  # the learnt estimate again: judged at its shifted p
+    assert auto.shifts[1] == pytest.approx(-0.9 / 4.09 + (1 - p) / (4.09 + p * (1 - p)))
+    assert auto.local(0.6) == 0.6  # the unsure estimates are not moved by the sure ones' verdicts
+    auto.answer_verdict(0.6, True)  # an unsure estimate, kept
+    assert auto.shifts[0] == pytest.approx(0.4 / 4.24) and auto.local(0.6) > 0.6 and auto.shifts[1] < 0
 
 
 def test_an_answer_starts_from_the_rate_over_earlier_answers():
