@@ -65,9 +65,7 @@ class Proposal:
     ALTS best tokens at each drafted position, best (its draft) first — where the target rejects a draft, the rank of
     the target's token among them is what a token tree that wide there would have caught (StepEvent.correction_rank);
     searches: for a tree merged from several trees (the setup finder's calibrations: app.speculative.redrafter.beam_trees,
-    TreeDrafter with all_widths), each node's mask of the trees that hold it (TreeStep.searches); looked_back: k=auto's
-    draft read the prompt late and, on its way, drafted the answer's first token to learn whether the opening would
-    have been kept (DraftModelDrafter._read_late: one draft forward more, within read_s)."""
+    TreeDrafter with all_widths), each node's mask of the trees that hold it (TreeStep.searches)."""
 
     ids: list[int]
     q: torch.Tensor | None = None
@@ -79,7 +77,6 @@ class Proposal:
     read_s: float = 0.0
     searches: list[int] | None = None
     catch_up_s: float = 0.0
-    looked_back: bool = False
 
 
 class Drafter(Protocol):
@@ -281,26 +278,6 @@ class DraftModelDrafter:
             self.state.forward(ids[len(self.seen):-1], last_only=True)
             self.seen.extend(ids[len(self.seen):-1])
 
-    def _read_late(self, ids: list[int], auto: AutoK | None, sampling: bool) -> bool:
-        """k=auto's draft reads the context in the first step that drafts (all but the last of `ids`, as start() does
-        for the other lanes: seen is empty). Where that step is not the opening (step 0 drafted nothing) and decoding is
-        greedy, the read stops at the prompt's end to draft the answer's first token as the opening would have, and the
-        target's token there is its verdict (`Acceptance.opening`, :meth:`AutoK.opening_seen`): one draft forward more.
-        Otherwise the opening's estimate would learn only from the openings k=auto drafted on, and once it fell too low
-        to draft one it never moved again (on 24 Spec-Bench prompts replayed 4 times it drafted on 17, 10, then 3 of 24
-        openings at an estimate of 0.37–0.44, where the fixed lanes' openings were kept 202 of 376 times:
-        resources/bench/README.md, "k=auto's opening, seen late"). Returns whether it looked."""
-        n = self._prompt_len
-        if auto is None or sampling or self._opening or not 0 < n < len(ids):
-            self._read_all_but_last(ids)
-            return False
-        self._read_all_but_last(ids[:n])
-        logits = self.state.forward([ids[n - 1]], last_only=True)[-1]
-        self.seen.append(ids[n - 1])
-        auto.opening_seen(int(logits.argmax()) == ids[n])
-        self._read_all_but_last(ids)
-        return True
-
     def propose(self, ctx: DraftContext) -> Proposal:
         auto = self.auto
         if auto is not None:
@@ -371,11 +348,10 @@ class DraftModelDrafter:
         # catching up over more than a step's own 2 tokens: its share of the first forward is timed (Proposal.catch_up_s)
         catch_up = auto.draft_profile if auto is not None and self.state is not None and behind > 2 else None
         read_s = 0.0
-        looked_back = False
         if self.state is None:
             t_read = time.perf_counter()
             self.state = self.engine.new_state()
-            looked_back = self._read_late(ids, auto, sampling=ctx.temperature > 0)
+            self._read_all_but_last(ids)  # as start() does for the other lanes (seen is empty: common is 0)
             self.engine.sync()
             read_s = time.perf_counter() - t_read
             common = len(self.seen)
@@ -434,7 +410,7 @@ class DraftModelDrafter:
             drafted, q_drafted, qs, alts = drafted[:keep], q_drafted[:keep], qs[:keep], alts[:keep]
             self._scores = list(q_drafted)
         return Proposal(drafted, torch.stack(qs) if sampling and qs else None, q_drafted, forwards, why, alts=alts or None,
-                        read_s=read_s, catch_up_s=catch_up_s, looked_back=looked_back)
+                        read_s=read_s, catch_up_s=catch_up_s)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         if self.auto is not None:
@@ -442,7 +418,7 @@ class DraftModelDrafter:
             # answer's first token, in the opening step, teach the calibration: AutoK.ended)
             for i, q in enumerate(self._scores[: min(drafted, accepted + 1)]):
                 if i or not self._opening:
-                    self.auto.answer_verdict(self.calibration(q), i < accepted)  # this answer's shifts
+                    self.auto.answer_verdict(self.auto.local(self.calibration(q)), i < accepted)  # this answer's shift
                     self.calibration.update(q, i < accepted)
             self.auto.ended(drafted, accepted, self._scores, self._dropped, opening=self._opening)
             self._scores, self._dropped, self._opening = [], None, False

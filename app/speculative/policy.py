@@ -48,10 +48,6 @@ Acceptance is estimated where it is decided, from the target's verdicts:
   learnt over many answers — from a saved memory, over hundreds of verdicts, which one answer's few do not move —
   and an answer can be unlike them: on a Spec-Bench editing prompt the target rejected the draft's confident
   tokens step after step, and k=auto drafted 140 tokens to keep 39 (1.17x, where `k=8,cstop=0.5` made 1.65x).
-  The sure estimates (SURE_SHIFT_AT and above) and the unsure ones shift apart: an answer can be unlike them one way
-  for the first and the other for the second — qa-1's drafts of confidence 0.4–0.8 were kept 0.86 of the time where
-  24 prompts' were 0.70, and its drafts of 0.8 and above 0.90 where theirs were 0.98; one shift for both moved
-  neither (resources/bench/README.md, "Two shifts").
 
 Each estimate starts from a prior worth PRIOR_WEIGHT verdicts, so that the first few steps of an answer do not swing
 it; and a draft lane starts from what the previous lane of the same (target, draft) pair learnt in this worker
@@ -101,7 +97,7 @@ from app.core.costs import CostProfile, profiles_dir, verify_at
 from app.core.paths import write_json_atomically
 from app.core.tuning import StepPrice, expected_tokens
 
-__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "SURE_SHIFT_AT", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "CATEGORY_WEIGHT", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_POLICY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
+__all__ = ["AUTO_K_MAX", "PRIOR_WEIGHT", "ANSWER_SHIFT_VAR", "VERIFY_PRIOR", "VERIFY_DECAY", "VERIFY_CLIP", "VERIFY_FRESH", "VERIFY_SAVED_CAP", "CATEGORY_WEIGHT", "SAVING_PRIOR", "SAVING_WEIGHT", "SAVING_DECAY", "SAVING_POLICY", "SAVING_CAP", "saving_per_token", "StepTiming", "AutoK", "Calibration", "Acceptance", "STARTS", "recall", "remember",
            "forget", "SAVED_CAP", "saving_words", "sure_words", "scaled_verify", "saved_dir", "save_learnt", "load_learnt", "saved_summary", "forget_saved"]
 
 #: The most drafts k=auto proposes in one step (the profiles measure forwards up to 33 tokens).
@@ -133,9 +129,6 @@ OPENING_PRIOR = 0.6
 #: the same records 0.1 moved editing less and 0.5 and 1 lost more elsewhere (resources/bench/README.md, "An answer's
 #: own acceptance")
 ANSWER_SHIFT_VAR = 0.25
-#: a learnt estimate at or above this is shifted to the answer by the answer's verdicts on such estimates, one below it
-#: by those on the others (AutoK.local): replayed over 4 passes of the 24 Spec-Bench prompts, 0.85 and 0.9 alike
-SURE_SHIFT_AT = 0.9
 #: what drafting saves a token once the draft has read the context, in units of T(1) — the prior of AutoK.saving: a
 #: lane that halves the time of a token saves 0.5, one at the baseline's speed 0 — worth SAVING_WEIGHT tokens (a third
 #: of a 48-token answer: the first answer of a pair reads wherever reading costs less than 14 decode steps, and what it
@@ -420,8 +413,8 @@ class AutoK:
         self.last_why = ""
         self.answers = 0  # lanes (answers) whose verdicts this state holds: counted when a lane ends
         self._decode_price: StepPrice | None = None  # the decode steps' price while step 0's is in force (riding_on_the_prompt)
-        self.shifts = [0.0, 0.0]  # this answer's shifts of the unsure and the sure estimates, in log-odds (local)
-        self._shift_h = [1.0 / ANSWER_SHIFT_VAR] * 2  # their precisions: the prior's plus this answer's verdicts'
+        self.shift = 0.0  # this answer's shift of the acceptance estimates, in log-odds (local)
+        self._shift_h = 1.0 / ANSWER_SHIFT_VAR  # its precision: the prior's plus this answer's verdicts'
         self._saved = 0.0  # units saved against the baseline's price, and tokens emitted, by steps after the draft
         self._saved_tok = 0.0  # had read the context (count_saving), decayed per answer (begin_answer)
         self._saved_by: dict[str, list[float]] = {}  # the same sums [units, tokens] per category, decayed per answer of it
@@ -561,7 +554,7 @@ class AutoK:
         unsure tokens that pay there (resources/bench/README.md, "k=auto's λ at an answer's start"). The answer's
         own shift of the acceptance estimates (:meth:`local`) starts at 0. `category`: the prompt's (a suite's or a
         prompts file's), whose own saving decides whether the draft reads it (:meth:`saving_of`); "" where none."""
-        self.shifts, self._shift_h = [0.0, 0.0], [1.0 / ANSWER_SHIFT_VAR] * 2
+        self.shift, self._shift_h = 0.0, 1.0 / ANSWER_SHIFT_VAR
         self._saved *= SAVING_DECAY
         self._saved_tok *= SAVING_DECAY
         self.acceptance.begin(category)  # and its own acceptance estimates (Acceptance.by_category)
@@ -630,27 +623,19 @@ class AutoK:
         dp = self.draft_profile
         return self.price.c * (dp.t(feed) - dp.t1_s) / dp.t1_s
 
-    @staticmethod
-    def sure(p: float) -> int:
-        """Which of the answer's shifts moves a learnt estimate p: 1 (the sure ones') at SURE_SHIFT_AT and above."""
-        return int(p >= SURE_SHIFT_AT)
-
     def local(self, p: float) -> float:
-        """An acceptance estimate learnt over many answers, shifted to this answer: logit(p) + its band's shift."""
-        shift = self.shifts[self.sure(p)]
-        if shift == 0.0:
+        """An acceptance estimate learnt over many answers, shifted to this answer: logit(p) + shift."""
+        if self.shift == 0.0:
             return p
         p = min(max(p, 1e-6), 1.0 - 1e-6)
-        return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + shift)))
+        return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + self.shift)))
 
-    def answer_verdict(self, learnt: float, kept: bool) -> None:
-        """One verdict of this answer on a draft whose learnt acceptance was `learnt` (before this answer's shift):
-        one Newton step of its band's shift's log-posterior — a Gaussian prior of variance ANSWER_SHIFT_VAR around 0, a
-        Bernoulli likelihood per verdict at the shifted p — so that a few verdicts move it a little and a run of them a
-        lot."""
-        b, p = self.sure(learnt), self.local(learnt)
-        self._shift_h[b] += p * (1.0 - p)
-        self.shifts[b] += ((1.0 if kept else 0.0) - p) / self._shift_h[b]
+    def answer_verdict(self, p: float, kept: bool) -> None:
+        """One verdict of this answer on a draft the policy expected to be kept with probability `p` (already shifted):
+        one Newton step of the shift's log-posterior — a Gaussian prior of variance ANSWER_SHIFT_VAR around 0, a
+        Bernoulli likelihood per verdict — so that a few verdicts move it a little and a run of them a lot."""
+        self._shift_h += p * (1.0 - p)
+        self.shift += ((1.0 if kept else 0.0) - p) / self._shift_h
 
     def p_next(self, q_last: float | None) -> float:
         """Acceptance expected of the next draft, not yet drafted: after the draft with confidence `q_last`, or — at
@@ -750,12 +735,6 @@ class AutoK:
             self.acceptance.judged(self.start, dropped)
         self.start = "skip" if opening or drafted <= 0 else "bonus" if accepted >= drafted else "partial" if accepted else "miss"
 
-    def opening_seen(self, kept: bool) -> None:
-        """The answer's first token was drafted late, only to see it judged (the draft read the prompt after step 0
-        drafted nothing: DraftModelDrafter._read_late): the opening's verdict, as if step 0 had drafted it."""
-        self.acceptance.opening[0] += 1.0 if kept else 0.0
-        self.acceptance.opening[1] += 1.0
-
     def skipped(self) -> None:
         """A step drafted nothing: the estimate after a skip drifts back toward optimism, so that a lane that stopped
         drafting on bad luck probes again later (bounded cost: one short draft)."""
@@ -775,10 +754,9 @@ class AutoK:
             why += f" (verifies cost {self.verify_factor:.2f}x the profile's in this lane)"
         if cum:
             why += "; P(all accepted) " + " ".join(f"{p:.2f}" for p in cum[: min(len(cum), 8)]) + (" …" if len(cum) > 8 else "")
-        for shift, which in zip(self.shifts, ("unsure", "sure"), strict=True):
-            if abs(shift) >= 0.1:
-                why += (f"; this answer's {which} drafts kept {'less' if shift < 0 else 'more'} often than learnt "
-                        f"(odds ×{math.exp(shift):.2f})")
+        if abs(self.shift) >= 0.1:
+            why += (f"; this answer's drafts kept {'less' if self.shift < 0 else 'more'} often than learnt "
+                    f"(odds ×{math.exp(self.shift):.2f})")
         self.last_why = why
         return why
 

@@ -185,7 +185,7 @@ def replay_auto(prompts: Sequence[PromptCal], drafter: str, setup: str, target: 
                 # of a wider one as the draft's profile prices it, from the prompt's recorded reading on
                 rs = 0.0
                 if prop.forwards and not read:
-                    rs = read_s + (price.c * t1 if prop.looked_back else 0.0)  # the opening drafted late (Proposal.looked_back)
+                    rs = read_s
                     if behind - 1 > n_prompt and draft is not None:  # read late: the tokens emitted since, too
                         rs += price.c * t1 * (draft.t(behind - 1) - draft.t(n_prompt)) / draft.t1_s
                     read = True
