@@ -20,7 +20,9 @@ Per category and overall it prints:
   :func:`vs_baseline_decoding`) — where k=auto drafted nothing, the prompt's forward is the same computation in both
   lanes, and what it took apart is the machine's noise; the categories below BASELINE_GOAL are named with both;
 * then per prompt: k=auto against the best fixed setup, against hf-assisted and against the baseline (and over its
-  decode steps), pooled.
+  decode steps), pooled; and on how many prompts k=auto, and the fixed setup best over all prompts, were below
+  hf-assisted (`hf_ahead` in the JSON; per prompt `fixed_vs_hf`): in the committed 24-prompt runs that fixed setup
+  was below hf-assisted on 0–7 prompts of 24 itself (resources/bench/README.md#hf-ahead, hf_ahead.py).
 
 Run files (`bench --record RUN.specdeck`) can stand for their reports: they hold each lane's steps too, so each prompt
 also says where the draft itself, not k=auto's rule, parted k=auto's lane from the best fixed setup's: the answer
@@ -350,10 +352,23 @@ def main() -> int:
             luck = [r for r in below_hf if "hf_parting" in r and r["hf_parting"]["against"] > r["hf_parting"]["for_auto"]]
             cases = "".join(f"\n  {r['prompt']} {r['vs_hf']:.3f} (" + first(r["hf_parting"], "hf-assisted's") + ")" for r in luck)
             print(f"On {len(luck)} of them the draft itself went against k=auto, as above, against hf-assisted's lane{cases}")
+        # the same count for the fixed setup that was best over all prompts: where it is below hf-assisted too, the
+        # prompt favours transformers' rule itself, not only over k=auto's
+        overall = next(c["best"] for c in out_cats if c["category"] == "all")
+        with_hf = [r for r in out_prompts if "vs_hf" in r]
+        for r in with_hf:
+            js = runs_of[r["prompt"]]
+            r["fixed_vs_hf"] = sum(walls[hf][(j, r["prompt"])] for j in js) / sum(walls[overall][(j, r["prompt"])] for j in js)
+        fixed_below = [r for r in with_hf if r["fixed_vs_hf"] < 1.0]
+        hf_summary = dict(auto_below=[r["prompt"] for r in below_hf], fixed=overall, fixed_below=[r["prompt"] for r in fixed_below],
+                          prompts=len(with_hf))
+        print(f"the best fixed setup over all prompts ({overall.split(',', 1)[1]}) below hf-assisted on {len(fixed_below)} of "
+              f"{len(with_hf)}" + (": " + ", ".join(f"{r['prompt']} {r['fixed_vs_hf']:.3f}" for r in fixed_below) if fixed_below else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(dict(reports=args.reports, auto=auto, fixed=fixed, hf=hf, level=LEVEL, max_wait=args.max_wait,
                                                    left_out=[dict(run=j + 1, prompt=p, wait_share=waited[(j, p)]) for j, p in left_out],
-                                                   categories=out_cats, prompts=out_prompts), indent=1), encoding="utf-8")
+                                                   categories=out_cats, prompts=out_prompts,
+                                                   hf_ahead=hf_summary if hf is not None else None), indent=1), encoding="utf-8")
         print(f"written: {args.json}")
     return 0
 

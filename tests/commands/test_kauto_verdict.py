@@ -45,6 +45,11 @@ def test_the_verdict_pools_runs_and_leaves_out_what_waited(tmp_path):
     by = {p["prompt"]: p for p in v["prompts"]}
     assert by["c2"]["vs_hf"] == pytest.approx(0.8) and by["c2"]["runs_below_hf"] == 2 and by["m1"]["runs"] == 1
     assert "k=auto below hf-assisted on 1 of 3 prompts" in r.stdout and "left out, a lane waited for a CPU: m1 (30%)" in r.stdout
+    # the fixed setup best over all prompts (k=16: 23 s pooled against k=8's 24 s) against hf-assisted, per prompt
+    # (pooled: c1 12 s over 8, c2 8 over 10, m1 6 over 5): below it on c2, as k=auto is
+    assert cats["all"]["best"] == K16 and v["hf_ahead"] == dict(auto_below=["c2"], fixed=K16, fixed_below=["c2"], prompts=3)
+    assert [by[p]["fixed_vs_hf"] for p in ("c1", "c2", "m1")] == [pytest.approx(1.5), pytest.approx(0.8), pytest.approx(1.2)]
+    assert "the best fixed setup over all prompts (k=16,cstop=0.5,dtype=int8) below hf-assisted on 1 of 3: c2 0.800" in r.stdout
 
 
 def test_hand_tuning_picks_each_prompts_setup_on_the_other_prompts_of_its_category(tmp_path):
