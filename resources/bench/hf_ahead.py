@@ -20,6 +20,7 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--setting {args.setting}: {e}", file=sys.stderr)
         return 2
     seen: set[str] = set()  # a run's report and its run file: one run
-    runs = []
+    runs: list[dict[str, Any]] = []
     for path in args.reports:
         report = report_of(path)
         if report is None:
