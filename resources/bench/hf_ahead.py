@@ -43,14 +43,22 @@ def report_of(path: str) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def rule_of(setup: str) -> str:
-    """A fixed draft lane's drafting rule as the setup spells it, without the draft and precision: "k=24,cstop=0.5"."""
-    return ",".join(p for p in setup.split(",")[1:] if not p.startswith(("dtype=", "draft=")))
+def rule_of(setup: str) -> tuple | None:
+    """A draft-model lane's drafting rule, whatever its draft, precision and target: (k, schedule, stop, cstop) as
+    app.core.setups.parse_setup reads them; None for other lanes and setups that do not parse."""
+    try:
+        st = parse_setup(setup)
+    except SpecDeckError:
+        return None
+    if getattr(st, "prefix", None) != "draft":
+        return None
+    return (st.k, st.schedule, st.stop, st.cstop)
 
 
-def pairs(report: dict, setting: str, max_wait: float) -> list[tuple[str, dict[str, float]]]:
-    """Per hf-assisted lane with a `setting` lane of the same draft and precision in the report: (the draft, per prompt
-    hf-assisted's wall over the setting's), prompts where either waited for a CPU `max_wait` of its wall left out."""
+def pairs(report: dict, setting: tuple, max_wait: float) -> list[tuple[str, dict[str, float]]]:
+    """Per hf-assisted lane with a lane of the drafting rule `setting` (rule_of) and the same draft and precision in
+    the report: (the draft, per prompt hf-assisted's wall over the setting's), prompts where either waited for a CPU
+    `max_wait` of its wall left out."""
     walls: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     waited: set[tuple[str, str]] = set()
     for r in report.get("runs") or []:
@@ -62,7 +70,7 @@ def pairs(report: dict, setting: str, max_wait: float) -> list[tuple[str, dict[s
     out = []
     for hf in (s for s in walls if s.startswith("hf-assisted:")):
         for fixed in walls:
-            if not fixed.startswith("draft:") or rule_of(fixed) != setting or draft_of(fixed) != draft_of(hf):
+            if rule_of(fixed) != setting or draft_of(fixed) != draft_of(hf):
                 continue
             common = [p for p in walls[hf] if p in walls[fixed] and (hf, p) not in waited and (fixed, p) not in waited]
             if common:
@@ -83,13 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     except SpecDeckError as e:
         print(f"--setting {args.setting}: {e}", file=sys.stderr)
         return 2
+    setting = rule_of(f"draft:d,{args.setting}")
+    assert setting is not None  # a draft setup that parses has a rule
     seen: set[str] = set()  # a run's report and its run file: one run
     runs: list[dict[str, Any]] = []
     for path in args.reports:
         report = report_of(path)
         if report is None:
             continue
-        for draft, ratios in pairs(report, args.setting, args.max_wait):
+        for draft, ratios in pairs(report, setting, args.max_wait):
             key = json.dumps([report.get("created"), draft, sorted(ratios.items())])
             if key in seen:
                 continue
